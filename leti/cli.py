@@ -1,0 +1,58 @@
+"""The ``leti`` command line. Each sub-command is a thin wrapper over the library API.
+
+Sub-packages contribute their commands through a ``register(app)`` function in their own
+``cli`` module (``leti.generate.cli``, ``leti.device.cli``, ...), so this file only assembles them
+and turns LETI's typed errors into one-line messages with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from leti.errors import LetiError
+
+app = typer.Typer(
+    name="leti",
+    help="LETI: how long will this network take on that device?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+#: Packages whose ``cli`` module registers commands, in help order.
+COMMAND_MODULES = ("leti.generate.cli", "leti.device.cli", "leti.predict.cli", "leti.engine.cli", "leti.demo")
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(_name)
+    except ModuleNotFoundError as exc:  # a package without commands yet
+        if exc.name != _name:
+            raise
+        continue
+    _module.register(app)
+
+
+def main() -> None:
+    """Entry point that reports LETI errors as one line on stderr."""
+    try:
+        app(standalone_mode=False)
+    except LetiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.Exit):
+            raise SystemExit(exc.exit_code) from None
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        if isinstance(exc, click.exceptions.Abort):
+            raise SystemExit(1) from None
+        raise

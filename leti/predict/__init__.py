@@ -1,0 +1,1 @@
+"""leti.predict"""
