@@ -22,6 +22,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+@app.callback()
+def _root() -> None:
+    """LETI: how long will this network take on that device?"""
+
+
 #: Packages whose ``cli`` module registers commands, in help order.
 COMMAND_MODULES = ("leti.generate.cli", "leti.device.cli", "leti.predict.cli", "leti.engine.cli", "leti.demo")
 
@@ -36,23 +41,9 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Entry point that reports LETI errors as one line on stderr."""
+    """Entry point that reports LETI errors as one line on stderr (usage errors are typer's)."""
     try:
-        app(standalone_mode=False)
+        app()
     except LetiError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            raise SystemExit(exc.exit_code) from None
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            raise SystemExit(exc.exit_code) from None
-        if isinstance(exc, click.exceptions.Abort):
-            raise SystemExit(1) from None
-        raise

@@ -69,6 +69,14 @@ class Cell:
         return cls(matrix, ops)  # type: ignore[arg-type]
 
     @classmethod
+    def _trusted(cls, matrix: tuple[tuple[int, ...], ...], ops: tuple[str, ...]) -> Cell:
+        """Build without validation: only for cells produced by the space enumeration itself."""
+        cell = object.__new__(cls)
+        object.__setattr__(cell, "matrix", matrix)
+        object.__setattr__(cell, "ops", ops)
+        return cell
+
+    @classmethod
     def from_dict(cls, data: Mapping) -> Cell:
         if not isinstance(data, Mapping) or "matrix" not in data or "ops" not in data:
             raise InvalidCellError("a cell needs the keys 'matrix' and 'ops'")

@@ -68,17 +68,17 @@ class LayerGraph:
 
     layers: list[Layer] = field(default_factory=list)
     output: str = ""
+    _by_name: dict[str, Layer] = field(default_factory=dict, repr=False)
 
     def add(self, layer: Layer) -> str:
+        if layer.name in self._by_name:
+            raise ValueError(f"duplicate layer name {layer.name!r}")
         self.layers.append(layer)
+        self._by_name[layer.name] = layer
         return layer.name
 
     def __getitem__(self, name: str) -> Layer:
         return self._by_name[name]
-
-    @property
-    def _by_name(self) -> dict[str, Layer]:
-        return {lay.name: lay for lay in self.layers}
 
     def consumers(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {lay.name: [] for lay in self.layers}

@@ -165,13 +165,22 @@ class Space:
 
     # ---- cells ----------------------------------------------------------------------------
     def cell(self, i: int) -> Cell:
-        v = int(self.num_vertices[i])
-        adj = self.adjacency(np.array([i]))[0, :v, :v]
-        ops = [INPUT] + [OPS[int(x)] for x in self.labels[i, : v - 2]] + [OUTPUT]
-        return Cell(adj, ops)
+        return _make_cell(int(self.num_vertices[i]), int(self.matrix_bits[i]), self.labels[i].tolist())
 
     def __iter__(self) -> Iterator[Cell]:
-        return (self.cell(i) for i in range(len(self)))
+        labels = self.labels.tolist()
+        return (_make_cell(int(v), int(b), lab) for v, b, lab in zip(self.num_vertices, self.matrix_bits, labels))
+
+
+def _make_cell(v: int, bits: int, labels: list[int]) -> Cell:
+    """The enumerated cell; enumeration guarantees validity, so validation is skipped."""
+    rows = [[0] * v for _ in range(v)]
+    for y in range(1, v):
+        for x in range(y):
+            if (bits >> (x + y * (y - 1) // 2)) & 1:
+                rows[x][y] = 1
+    ops = (INPUT, *(OPS[k] for k in labels[: v - 2]), OUTPUT)
+    return Cell._trusted(tuple(map(tuple, rows)), ops)
 
 
 def _popcount(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,3 @@
+from leti.cli import main
+
+main()

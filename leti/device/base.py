@@ -1,0 +1,281 @@
+"""What every measurement device offers, and the statistical protocol that turns its runs into one number.
+
+A :class:`Device` executes *batches*: load a model, warm up, time ``n`` runs, report the statistics of
+those runs (:class:`Batch`). Everything statistical lives here, in :func:`measure`, so the three devices
+(adb, local, cuda) cannot disagree on what "a measurement" means:
+
+* an experiment is ``runs`` timed runs after ``warmup`` untimed ones (the LETI paper: 300 runs);
+* when the standard deviation exceeds ``max_rel_std`` of the mean (paper: 10 %) the experiment is
+  repeated, at most ``max_attempts`` times in all; a model still above the limit is kept and marked
+  ``stable=False`` instead of being dropped silently;
+* with ``adaptive=True`` an experiment stops as soon as the 95 % confidence half-width of the mean is
+  within ``ci_rel`` (±2 %) of the mean, and never runs more than ``runs`` timed runs.
+
+Devices that only report summaries (``benchmark_model`` prints count/avg/std/min/max) are pooled exactly
+for mean and standard deviation; the median is exact when every batch kept its samples or a single batch
+reported it, and NaN otherwise (it is never made up).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from leti.errors import DeviceError
+
+NAN = float("nan")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+# ---- one batch of runs, as a device reports it ------------------------------------------------
+@dataclass(frozen=True)
+class Batch:
+    """Statistics of ``n`` timed runs of one model (times in milliseconds).
+
+    ``std_ms`` is the sample standard deviation (ddof=1). ``samples`` holds the individual run times when
+    the device exposes them (local, cuda), else it is empty (benchmark_model prints summaries only).
+    """
+
+    n: int
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    median_ms: float = NAN
+    samples: tuple[float, ...] = ()
+    delegation: str = "cpu"  # cpu | xnnpack | full | partial | none (see benchmark_log.Delegation)
+    mem_init_mb: float = NAN
+    mem_overall_mb: float = NAN
+    mem_peak_mb: float = NAN
+    raw_log: str = ""
+
+    @classmethod
+    def from_samples(cls, samples_ms: Sequence[float], **kw) -> Batch:
+        a = np.asarray(samples_ms, dtype=np.float64)
+        if a.size == 0:
+            raise DeviceError("a batch needs at least one timed run")
+        std = float(a.std(ddof=1)) if a.size > 1 else 0.0
+        return cls(int(a.size), float(a.mean()), std, float(a.min()), float(a.max()), float(np.median(a)),
+                   tuple(float(x) for x in a), **kw)
+
+
+@dataclass(frozen=True)
+class Pooled:
+    n: int
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    median_ms: float
+
+    @property
+    def rel_std(self) -> float:
+        return self.std_ms / self.mean_ms if self.mean_ms > 0 else math.inf
+
+
+def pool(batches: Sequence[Batch]) -> Pooled:
+    """Exact pooled mean and sample std of several batches (Chan et al.'s parallel update)."""
+    if not batches:
+        raise DeviceError("no batches to pool")
+    n, mean, m2 = 0, 0.0, 0.0
+    for b in batches:
+        bm2 = (b.std_ms**2) * (b.n - 1) if b.n > 1 else 0.0
+        tot = n + b.n
+        delta = b.mean_ms - mean
+        mean += delta * b.n / tot
+        m2 += bm2 + delta * delta * n * b.n / tot
+        n = tot
+    std = math.sqrt(m2 / (n - 1)) if n > 1 else 0.0
+    if all(b.samples for b in batches):
+        median = float(np.median(np.concatenate([np.asarray(b.samples) for b in batches])))
+    elif len(batches) == 1:
+        median = batches[0].median_ms
+    else:
+        median = NAN
+    return Pooled(n, mean, std, min(b.min_ms for b in batches), max(b.max_ms for b in batches), median)
+
+
+def t_quantile(n: int, confidence: float = 0.95) -> float:
+    """Two-sided Student-t quantile for the mean of ``n`` values."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2, n - 1))
+
+
+def ci_half_width(n: int, std: float, confidence: float = 0.95) -> float:
+    """Half-width of the Student-t confidence interval of a mean of ``n`` values."""
+    if n < 2:
+        return math.inf
+    return t_quantile(n, confidence) * std / math.sqrt(n)
+
+
+# ---- the protocol ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Protocol:
+    """How one model is measured. Defaults follow the LETI paper (300 runs, 10 % std limit)."""
+
+    runs: int = 300
+    warmup: int = 10
+    max_rel_std: float = 0.10
+    max_attempts: int = 3
+    adaptive: bool = False
+    ci_rel: float = 0.02
+    confidence: float = 0.95
+    min_runs: int = 20
+    #: Thermal care: cool down before a model while the device is hotter than this (°C); None = never.
+    cooldown_above_c: float | None = None
+    cooldown_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.runs < 1 or self.warmup < 0 or self.max_attempts < 1 or self.min_runs < 2:
+            raise ValueError("Protocol needs runs >= 1, warmup >= 0, max_attempts >= 1, min_runs >= 2")
+        if not (0 < self.max_rel_std) or not (0 < self.ci_rel < 1) or not (0 < self.confidence < 1):
+            raise ValueError("Protocol needs max_rel_std > 0 and ci_rel, confidence in (0, 1)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---- the device protocol -----------------------------------------------------------------------
+class Device(ABC):
+    """A place where models run. Subclasses implement :meth:`run`; the rest has sensible defaults.
+
+    ``artifact`` says what model file the device consumes (``"tflite"`` or ``"keras"``);
+    ``shares_host_cpu`` tells a campaign not to convert the next model while this one is timed (the
+    conversion would compete with the measurement for the same cores).
+    """
+
+    id: str = "device"
+    backend: str = "cpu"
+    artifact: str = "tflite"
+    shares_host_cpu: bool = False
+
+    @abstractmethod
+    def run(self, model: Path, runs: int, warmup: int) -> Batch:
+        """Load ``model`` (cached between calls on the same model), warm up, time ``runs`` runs."""
+
+    def info(self) -> dict:
+        """Static facts about the device (model, SoC, cores, versions...)."""
+        return {"id": self.id, "backend": self.backend}
+
+    def tool_versions(self) -> dict:
+        return {}
+
+    def temperature_c(self) -> float | None:
+        """Current temperature used for thermal care, or None when the device does not report one."""
+        return None
+
+    def release(self, model: Path) -> None:
+        """Forget ``model`` (drop interpreters, remove remote copies)."""
+
+    def close(self) -> None:
+        """Free everything the device holds."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---- the record ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measurement:
+    """The result of measuring one model once under a :class:`Protocol`."""
+
+    device_id: str
+    backend: str
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    runs: int
+    warmup: int
+    attempts: int
+    stable: bool
+    ci_half_width_ms: float
+    delegation: str
+    mem_init_mb: float
+    mem_overall_mb: float
+    mem_peak_mb: float
+    temperature_c: float | None
+    cooldown_s: float
+    started_at: str
+    finished_at: str
+    raw_log: str = field(default="", repr=False)
+
+    @property
+    def rel_std(self) -> float:
+        return self.std_ms / self.mean_ms if self.mean_ms > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def with_(self, **kw) -> Measurement:
+        return replace(self, **kw)
+
+
+def cool_down(device: Device, above_c: float | None, timeout_s: float, poll_s: float = 2.0,
+              sleep: Callable[[float], None] = time.sleep) -> tuple[float | None, float]:
+    """Wait while the device is hotter than ``above_c``. Returns (temperature at start, seconds waited)."""
+    temp = device.temperature_c()
+    if above_c is None or temp is None or temp <= above_c:
+        return temp, 0.0
+    start = time.monotonic()
+    now = temp
+    while now is not None and now > above_c and time.monotonic() - start < timeout_s:
+        sleep(poll_s)
+        now = device.temperature_c()
+    return temp, time.monotonic() - start
+
+
+def _experiment(device: Device, model: Path, p: Protocol) -> list[Batch]:
+    if not p.adaptive:
+        return [device.run(model, p.runs, p.warmup)]
+    batches = [device.run(model, min(p.min_runs, p.runs), p.warmup)]
+    while True:
+        s = pool(batches)
+        if s.n >= p.runs:
+            return batches
+        if ci_half_width(s.n, s.std_ms, p.confidence) <= p.ci_rel * s.mean_ms:
+            return batches
+        # runs the current estimate says are needed, at least 10 more and never past the cap
+        tq = t_quantile(s.n, p.confidence)
+        needed = math.ceil((tq * s.std_ms / (p.ci_rel * s.mean_ms)) ** 2) if s.mean_ms > 0 else p.runs
+        step = min(max(needed - s.n, 10), p.runs - s.n)
+        batches.append(device.run(model, step, min(p.warmup, 2)))
+
+
+def measure(device: Device, model: Path | str, protocol: Protocol = Protocol()) -> Measurement:
+    """Measure ``model`` on ``device`` under ``protocol`` (reruns, adaptive stop, thermal care)."""
+    model = Path(model)
+    temp, cooled = cool_down(device, protocol.cooldown_above_c, protocol.cooldown_timeout_s)
+    started = utc_now()
+    logs: list[str] = []
+    for attempt in range(1, protocol.max_attempts + 1):
+        batches = _experiment(device, model, protocol)
+        logs.extend(b.raw_log for b in batches if b.raw_log)
+        s = pool(batches)
+        if s.rel_std <= protocol.max_rel_std:
+            break
+    last = batches[-1]
+    return Measurement(
+        device_id=device.id, backend=device.backend, mean_ms=s.mean_ms, median_ms=s.median_ms,
+        std_ms=s.std_ms, min_ms=s.min_ms, max_ms=s.max_ms, runs=s.n, warmup=protocol.warmup,
+        attempts=attempt, stable=s.rel_std <= protocol.max_rel_std,
+        ci_half_width_ms=ci_half_width(s.n, s.std_ms, protocol.confidence), delegation=last.delegation,
+        mem_init_mb=last.mem_init_mb, mem_overall_mb=last.mem_overall_mb, mem_peak_mb=last.mem_peak_mb,
+        temperature_c=temp, cooldown_s=round(cooled, 3), started_at=started, finished_at=utc_now(),
+        raw_log="\n".join(logs),
+    )

@@ -1,0 +1,122 @@
+"""LocalDevice: the host CPU through ai-edge-litert's TFLite interpreter.
+
+Same knobs as ``benchmark_model`` on a phone: threads, warm-up runs, timed runs, and XNNPACK on or off
+(off = the interpreter's built-in kernels only, ``BUILTIN_WITHOUT_DEFAULT_DELEGATES``). Each run is one
+``invoke()`` timed with ``perf_counter_ns``; the input is random data set once, like benchmark_model.
+The memory figures follow benchmark_model's meaning: resident-set growth after loading (init) and after
+the runs (overall), in MB.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from leti.device.base import Batch, Device
+from leti.errors import CorruptModelError, DeviceError
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+class LocalDevice(Device):
+    """The host CPU. ``threads`` interpreter threads, XNNPACK on by default."""
+
+    artifact = "tflite"
+    shares_host_cpu = True
+
+    def __init__(self, threads: int = 1, xnnpack: bool = True, seed: int = 0) -> None:
+        if threads < 1:
+            raise DeviceError(f"threads must be >= 1, got {threads}")
+        self.threads = threads
+        self.xnnpack = xnnpack
+        self.backend = "cpu"
+        self.id = "local"
+        self._rng = np.random.default_rng(seed)
+        self._loaded: tuple[Path, object, float] | None = None
+
+    def _load(self, model: Path):
+        if self._loaded is not None and self._loaded[0] == model:
+            return self._loaded[1], self._loaded[2]
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        if not model.is_file():
+            raise CorruptModelError(f"model file not found: {model}")
+        before = _rss_mb()
+        resolver = OpResolverType.AUTO if self.xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        try:
+            interp = Interpreter(model_path=str(model), num_threads=self.threads,
+                                 experimental_op_resolver_type=resolver)
+            interp.allocate_tensors()
+            for d in interp.get_input_details():
+                shape, dtype = d["shape"], np.dtype(d["dtype"])
+                data = (self._rng.uniform(-0.5, 0.5, shape) if dtype.kind == "f"
+                        else self._rng.integers(0, 100, shape))
+                interp.set_tensor(d["index"], data.astype(dtype))
+        except (ValueError, RuntimeError) as exc:
+            raise CorruptModelError(f"cannot load {model.name}: {str(exc).splitlines()[0]}") from None
+        self._loaded = (model, interp, before)
+        return interp, before
+
+    def run(self, model: Path, runs: int, warmup: int) -> Batch:
+        model = Path(model)
+        interp, before = self._load(model)
+        init_mb = _rss_mb() - before
+        invoke = interp.invoke
+        try:
+            for _ in range(warmup):
+                invoke()
+            times = np.empty(runs, dtype=np.float64)
+            clock = time.perf_counter_ns
+            for i in range(runs):
+                t0 = clock()
+                invoke()
+                times[i] = clock() - t0
+        except RuntimeError as exc:
+            raise DeviceError(f"local: invoking {model.name} failed: {str(exc).splitlines()[0]}") from None
+        return Batch.from_samples(times / 1e6, delegation="xnnpack" if self.xnnpack else "cpu",
+                                  mem_init_mb=init_mb, mem_overall_mb=_rss_mb() - before)
+
+    def release(self, model: Path) -> None:
+        if self._loaded is not None and self._loaded[0] == Path(model):
+            self._loaded = None
+
+    def close(self) -> None:
+        self._loaded = None
+
+    def info(self) -> dict:
+        return {
+            "id": self.id, "backend": self.backend, "kind": "local", "model": _cpu_name(),
+            "machine": platform.machine(), "system": f"{platform.system()} {platform.release()}",
+            "cores": os.cpu_count(), "threads": self.threads, "xnnpack": self.xnnpack,
+        }
+
+    def tool_versions(self) -> dict:
+        return {"ai-edge-litert": _version("ai-edge-litert"), "python": platform.python_version()}

@@ -1,0 +1,19 @@
+"""Element-wise multiplication with broadcasting, optional fused activation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leti.engine.ops._common import OpDef, apply_activation, broadcast_shape
+
+
+def infer(shapes, attrs):
+    return [broadcast_shape(shapes[0], shapes[1], "mul")]
+
+
+def reference(arrays, attrs):
+    out = arrays[0].astype(np.float64) * arrays[1]
+    return [apply_activation(out, attrs.get("activation", "none")).astype(arrays[0].dtype)]
+
+
+OP = OpDef("mul", infer, reference, inplace=(0, 1), num_inputs=(2, 2), summary="a * b (broadcasting)")

@@ -1,0 +1,174 @@
+"""Graph rewrites run once before planning (CompiledNN's "merge at load time").
+
+Each pass takes a :class:`Graph`, rewrites a copy and returns ``(graph, count)`` — the number of
+rewrites made, which :func:`optimize` reports. All passes keep the node list in execution order and
+never change what the graph computes beyond floating-point reassociation (BN folding).
+
+* :func:`fold_constants` — evaluate nodes whose inputs are all constants;
+* :func:`fold_batch_norm` — merge a batch norm into the conv / depthwise conv / dense before it;
+* :func:`fuse_activations` — merge a ReLU/ReLU6 into the op before it (``activation`` attribute);
+* :func:`merge_adds` — turn chains of two-input adds into one ``add_n`` (one pass over memory);
+* :func:`remove_dead` — drop nodes, tensors and constants no output depends on.
+
+In-place execution (an element-wise op writing over an input that has no later reader) is decided
+by the memory planner from :func:`inplace_candidates`, since it depends on the final order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leti.engine import ops
+from leti.engine.graph import Graph, Node
+from leti.engine.ops.batch_norm import scale_shift
+
+FOLDS_BN = ("conv2d", "depthwise_conv2d", "fully_connected")
+FUSES_ACTIVATION = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "add_n", "mul", "max_pool2d",
+                    "avg_pool2d", "concat")
+
+
+def _sole_reader(g: Graph, tensor: str, consumers) -> bool:
+    return len(consumers.get(tensor, [])) == 1 and tensor not in g.outputs and tensor not in g.inputs
+
+
+def _rename_output(g: Graph, node: Node, old: str, new: str) -> None:
+    """``node`` now writes ``new`` instead of ``old`` (``old`` disappears)."""
+    node.outputs = [new if t == old else t for t in node.outputs]
+    g.tensors.pop(old, None)
+
+
+def fold_constants(g: Graph) -> tuple[Graph, int]:
+    g = g.copy()
+    keep, count = [], 0
+    for n in g.nodes:
+        if n.inputs and all(g.is_constant(t) for t in n.inputs):
+            outs = ops.get(n.op).reference([g.constants[t] for t in n.inputs], n.attrs)
+            for t, v in zip(n.outputs, outs):
+                g.constants[t] = np.ascontiguousarray(v, dtype=g.tensors[t].dtype)
+            count += 1
+        else:
+            keep.append(n)
+    g.nodes = keep
+    return g, count
+
+
+def fold_batch_norm(g: Graph) -> tuple[Graph, int]:
+    g = g.copy()
+    prod, cons = g.producers(), g.consumers()
+    drop, count = set(), 0
+    for n in g.nodes:
+        if n.op != "batch_norm" or not all(g.is_constant(t) for t in n.inputs[1:]):
+            continue
+        p = prod.get(n.inputs[0])
+        if (p is None or p.op not in FOLDS_BN or p.attrs.get("activation", "none") != "none"
+                or not g.is_constant(p.inputs[1]) or not _sole_reader(g, n.inputs[0], cons)):
+            continue
+        scale, shift = scale_shift(*(g.constants[t] for t in n.inputs[1:]), float(n.attrs.get("epsilon", 1e-3)))
+        # HWIO, depthwise (kh, kw, c*m) and dense (k_in, n_out) all keep the output channel last
+        w = g.constants[p.inputs[1]].astype(np.float64) * scale
+        bias = g.constants[p.inputs[2]].astype(np.float64) if len(p.inputs) > 2 else 0.0
+        bias = bias * scale + shift
+        wname, bname = f"{p.name}/weights_bnfold", f"{p.name}/bias_bnfold"
+        g.add_constant(wname, w.astype(np.float32))
+        g.add_constant(bname, bias.astype(np.float32))
+        p.inputs = [p.inputs[0], wname, bname]
+        _rename_output(g, p, n.inputs[0], n.outputs[0])
+        drop.add(id(n))
+        count += 1
+    g.nodes = [n for n in g.nodes if id(n) not in drop]
+    return remove_dead(g)[0], count
+
+
+def fuse_activations(g: Graph) -> tuple[Graph, int]:
+    g = g.copy()
+    prod, cons = g.producers(), g.consumers()
+    drop, count = set(), 0
+    for n in g.nodes:
+        if n.op not in ("relu", "relu6"):
+            continue
+        p = prod.get(n.inputs[0])
+        if p is None or p.op not in FUSES_ACTIVATION or p.attrs.get("activation", "none") != "none":
+            continue
+        if not _sole_reader(g, n.inputs[0], cons):
+            continue
+        p.attrs["activation"] = n.op
+        _rename_output(g, p, n.inputs[0], n.outputs[0])
+        drop.add(id(n))
+        count += 1
+    g.nodes = [n for n in g.nodes if id(n) not in drop]
+    return g, count
+
+
+def merge_adds(g: Graph) -> tuple[Graph, int]:
+    g = g.copy()
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        prod, cons = g.producers(), g.consumers()
+        for n in g.nodes:
+            if n.op not in ("add", "add_n"):
+                continue
+            out_shape = g.tensors[n.outputs[0]].shape
+            new_inputs, merged = [], None
+            for t in n.inputs:
+                p = prod.get(t)
+                if (not merged and p is not None and p.op in ("add", "add_n")
+                        and p.attrs.get("activation", "none") == "none" and _sole_reader(g, t, cons)
+                        and all(g.tensors[i].shape == out_shape for i in p.inputs)
+                        and all(g.tensors[i].shape == out_shape for i in n.inputs)):
+                    new_inputs += p.inputs
+                    merged = p
+                    g.tensors.pop(t)
+                else:
+                    new_inputs.append(t)
+            if merged:
+                n.op, n.inputs = "add_n", new_inputs
+                g.nodes = [m for m in g.nodes if m is not merged]
+                count += 1
+                changed = True
+                break
+    return g, count
+
+
+def remove_dead(g: Graph) -> tuple[Graph, int]:
+    g = g.copy()
+    needed = set(g.outputs)
+    keep = []
+    for n in reversed(g.nodes):
+        if any(t in needed for t in n.outputs):
+            keep.append(n)
+            needed.update(n.inputs)
+    removed = len(g.nodes) - len(keep)
+    g.nodes = keep[::-1]
+    needed.update(g.inputs)
+    for t in [t for t in g.tensors if t not in needed]:
+        del g.tensors[t]
+        g.constants.pop(t, None)
+    return g, removed
+
+
+PIPELINE = (("fold_constants", fold_constants), ("fold_batch_norm", fold_batch_norm),
+            ("fuse_activations", fuse_activations), ("merge_adds", merge_adds), ("remove_dead", remove_dead))
+
+
+def optimize(g: Graph) -> tuple[Graph, dict[str, int]]:
+    """Run every pass once, in order; returns the new graph and rewrites per pass."""
+    report = {}
+    for name, fn in PIPELINE:
+        g, report[name] = fn(g)
+    return g, report
+
+
+def inplace_candidates(g: Graph) -> dict[str, tuple[int, ...]]:
+    """For each node, the inputs whose buffer its output may take over (same shape and dtype, not a
+    constant); the planner grants it only when that node is the input's last reader."""
+    out = {}
+    for n in g.nodes:
+        cand = tuple(i for i in ops.get(n.op).inplace
+                     if i < len(n.inputs) and not g.is_constant(n.inputs[i])
+                     and g.tensors[n.inputs[i]].shape == g.tensors[n.outputs[0]].shape
+                     and g.tensors[n.inputs[i]].dtype == g.tensors[n.outputs[0]].dtype)
+        if cand:
+            out[n.name] = cand
+    return out

@@ -1,0 +1,93 @@
+"""``leti generate``: the cell table of a search space and, optionally, the model files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from leti.errors import LetiError
+
+SPACES = ("nasbench101",)
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+
+
+def generate(
+    out: Path = typer.Option(..., "--out", help="Output folder (cells.parquet and one sub-folder per format)."),
+    space: str = typer.Option("nasbench101", help="Search space."),
+    all_cells: bool = typer.Option(False, "--all", help="Every unique cell of the space (423,624 for NB101)."),
+    sample: Optional[int] = typer.Option(None, "--sample", help="N cells drawn uniformly (seeded) from the unique cells."),
+    seed: int = typer.Option(0, help="Seed of --sample."),
+    network: bool = typer.Option(False, "--network/--cell", help="Stacked network or one cell alone (default: --cell)."),
+    input_size: int = typer.Option(32, help="Input height and width."),
+    channels: Optional[int] = typer.Option(None, help="--cell: input and output channels (default 64). --network: stem channels (default 128)."),
+    stacks: int = typer.Option(3, help="--network: number of stacks."),
+    modules: int = typer.Option(3, help="--network: modules per stack."),
+    classes: int = typer.Option(10, help="--network: classes of the dense head."),
+    vertices: Optional[str] = typer.Option(None, help="Keep cells with these vertex counts, e.g. '5,6,7'."),
+    edges: Optional[str] = typer.Option(None, help="Keep cells with these edge counts, e.g. '8,9'."),
+    require_op: list[str] = typer.Option([], help="Keep cells that use this op (repeatable)."),
+    exclude_op: list[str] = typer.Option([], help="Drop cells that use this op (repeatable)."),
+    formats: str = typer.Option("", "--format", help="Model files to write: comma list of keras, tflite (empty: table only)."),
+    jobs: int = typer.Option(1, help="Worker processes."),
+) -> None:
+    """Write the cell table (hash, matrix, ops, vertices, edges, FLOPs, params, peak memory) and models.
+
+    Example: leti generate --sample 20 --seed 1 --cell --input-size 32 --channels 64 --format tflite --out cells/
+
+    Finished model files are skipped, so an interrupted run resumes where it stopped.
+    """
+    from leti.generate.network import NetworkConfig
+    from leti.generate.space import enumerate_space
+    from leti.generate.table import cell_table, model_spec, write_table
+
+    if space not in SPACES:
+        raise typer.BadParameter(f"unknown space {space!r}; known: {', '.join(SPACES)}")
+    if all_cells == (sample is not None):
+        raise typer.BadParameter("give exactly one of --all and --sample N")
+    if network:
+        config = NetworkConfig(input_size=input_size, stem_channels=channels or 128, num_stacks=stacks,
+                               modules_per_stack=modules, num_classes=classes)
+        spec = model_spec("network", config=config)
+    else:
+        c = channels or 64
+        spec = model_spec("cell", input_shape=(input_size, input_size, c), channels=c)
+    chosen = enumerate_space()
+    if vertices or edges or require_op or exclude_op:
+        chosen = chosen.filter(
+            vertices=[int(v) for v in vertices.split(",")] if vertices else None,
+            edges=[int(e) for e in edges.split(",")] if edges else None,
+            require_ops=require_op, exclude_ops=exclude_op)
+    if sample is not None:
+        if sample > len(chosen):
+            raise LetiError(f"--sample {sample} exceeds the {len(chosen)} cells that match")
+        chosen = chosen.sample(sample, seed)
+    hashes = chosen.hashes()
+    cells = list(chosen)
+    with _progress() as bar:
+        task = bar.add_task("costs", total=len(cells))
+        df = cell_table(cells, spec, hashes=hashes, jobs=jobs, progress=lambda n: bar.advance(task, n))
+    path = write_table(df, Path(out) / "cells.parquet", spec)
+    typer.echo(f"wrote {len(df)} cells to {path}")
+    wanted = [f.strip() for f in formats.split(",") if f.strip()]
+    if wanted:
+        from leti.generate.export import export_models
+
+        with _progress() as bar:
+            task = bar.add_task("models", total=len(cells))
+            records = export_models(cells, Path(out), kind=spec["kind"], formats=tuple(wanted),
+                                    input_shape=tuple(spec.get("input_shape", (input_size, input_size, 3))),
+                                    channels=spec.get("channels"),
+                                    config=NetworkConfig(**spec["config"]) if network else NetworkConfig(),
+                                    jobs=jobs, progress=lambda n=1: bar.advance(task, n))
+        typer.echo(f"wrote {len(records)} models ({', '.join(wanted)}) under {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate)

@@ -1,0 +1,125 @@
+"""Cell tables: the Parquet file ``leti generate`` writes and ``leti measure`` / ``leti fit`` read.
+
+One row per cell: ``hash, matrix, ops, num_vertices, num_edges, flops, params, peak_memory_bytes``.
+The costs are those of the model the table describes (one cell on a given input, or the stacked
+network), recorded in the file's metadata under ``leti`` so readers know which model was meant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from leti.errors import DatasetError, InvalidCellError
+from leti.generate.cell import Cell
+from leti.generate.costs import cell_costs, network_costs
+from leti.generate.network import NetworkConfig
+
+COLUMNS = ("hash", "matrix", "ops", "num_vertices", "num_edges", "flops", "params", "peak_memory_bytes")
+
+
+def model_spec(kind: str, input_shape: Sequence[int] = (32, 32, 64), channels: int | None = None,
+               config: NetworkConfig = NetworkConfig()) -> dict:
+    """The description of which model a cell stands for; stored in the table's metadata."""
+    if kind == "cell":
+        return {"kind": "cell", "input_shape": [int(x) for x in input_shape],
+                "channels": int(channels if channels is not None else input_shape[2])}
+    if kind == "network":
+        return {"kind": "network", "config": asdict(config)}
+    raise ValueError(f"unknown model kind {kind!r}; use 'cell' or 'network'")
+
+
+def costs_for(cell: Cell, spec: dict):
+    if spec["kind"] == "cell":
+        return cell_costs(cell, tuple(spec["input_shape"]), spec["channels"])
+    return network_costs(cell, NetworkConfig(**spec["config"]))
+
+
+def _rows(args: tuple[list[Cell], dict]) -> list[tuple]:
+    cells, spec = args
+    out = []
+    for c in cells:
+        k = costs_for(c, spec)
+        out.append((k.flops, k.params, k.peak_memory_bytes))
+    return out
+
+
+def cell_table(cells: Sequence[Cell], spec: dict, hashes: Sequence[str] | None = None, jobs: int = 1,
+               progress: Callable[[int], None] | None = None, chunk: int = 2000) -> pd.DataFrame:
+    """Build the table for ``cells`` (costs computed in ``jobs`` processes)."""
+    chunks = [(list(cells[i:i + chunk]), spec) for i in range(0, len(cells), chunk)]
+    costs: list[tuple] = []
+    if jobs > 1 and len(chunks) > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            for part in pool.map(_rows, chunks):
+                costs.extend(part)
+                if progress:
+                    progress(len(part))
+    else:
+        for args in chunks:
+            part = _rows(args)
+            costs.extend(part)
+            if progress:
+                progress(len(part))
+    arr = np.array(costs, dtype=np.int64).reshape(-1, 3)
+    return pd.DataFrame({
+        "hash": list(hashes) if hashes is not None else [c.hash for c in cells],
+        "matrix": [[list(r) for r in c.matrix] for c in cells],
+        "ops": [list(c.ops) for c in cells],
+        "num_vertices": np.array([c.num_vertices for c in cells], np.int8),
+        "num_edges": np.array([c.num_edges for c in cells], np.int8),
+        "flops": arr[:, 0],
+        "params": arr[:, 1],
+        "peak_memory_bytes": arr[:, 2],
+    })
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike, spec: dict) -> Path:
+    """Write atomically (temporary file, then rename) with the model spec in the metadata."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[b"leti"] = json.dumps({"model": spec, "format": 1}).encode()
+    table = table.replace_schema_metadata(meta)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+    return path
+
+
+def read_table(path: str | os.PathLike, required: Iterable[str] = ("matrix", "ops")) -> tuple[pd.DataFrame, dict]:
+    """Read a cell table; returns the frame and its model spec (``{}`` if the file has none)."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise DatasetError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise DatasetError(f"{path}: missing column(s) {', '.join(missing)}")
+    meta = (table.schema.metadata or {}).get(b"leti")
+    spec = json.loads(meta)["model"] if meta else {}
+    return table.to_pandas(), spec
+
+
+def table_cells(df: pd.DataFrame, source: str = "table") -> list[Cell]:
+    """The cells of a table, validated; a bad row raises InvalidCellError naming the row."""
+    cells = []
+    for i, (m, o) in enumerate(zip(df["matrix"], df["ops"])):
+        try:
+            cells.append(Cell([list(r) for r in m], list(o)))
+        except InvalidCellError as exc:
+            raise InvalidCellError(f"{source} row {i}: {exc}") from None
+    return cells

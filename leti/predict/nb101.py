@@ -1,0 +1,170 @@
+"""Vectorised NAS-Bench-101 costs: FLOPs, params and peak memory of many cells at once.
+
+:mod:`leti.generate.costs` builds a layer graph per cell (about 6 ms for the stacked network), which is
+too slow for a predictor that must featurise thousands of cells per second. This module computes the
+same numbers with NumPy over a batch: it replays :func:`leti.generate.network.add_module` on a fixed
+sequence of *slots* (for each interior vertex: input projection, sum, op; then concat, output
+projection, output add), a slot being present or absent per cell, and it simulates the allocation rule
+of :func:`leti.generate.costs.peak_memory` over those slots. Tests compare it with ``costs.py``.
+
+Inputs are *pruned* cells padded to 7 vertices: ``adj (N, 7, 7)``, hash labels ``(N, 7)`` (input -1,
+output -2, conv3×3 0, conv1×1 1, maxpool 2) and the vertex count ``nv (N,)``; the output vertex of
+cell ``i`` is ``nv[i] - 1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leti.generate.network import NetworkConfig
+
+V = 7
+_K2 = np.array([9, 1, 0], np.int64)  # kernel area of label 0 (conv3×3), 1 (conv1×1); 2 is maxpool
+
+
+def _vertex_channels(adj: np.ndarray, nv: np.ndarray, out: np.ndarray, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(N, 7)`` channels of the interior vertices (0 elsewhere) and the ``(N, 7)`` 'feeds output' mask."""
+    n = adj.shape[0]
+    rows = np.arange(n)
+    interior = (np.arange(V)[None, :] >= 1) & (np.arange(V)[None, :] < (nv[:, None] - 1))
+    feeds = adj[rows, :, out].astype(bool) & interior  # adj[i, t, out[i]]
+    n_feed = feeds.sum(axis=1)
+    safe = np.maximum(n_feed, 1)
+    base, extra = channels // safe, channels % safe
+    rank = np.cumsum(feeds, axis=1) - feeds  # feeding vertices before t
+    ch = np.where(feeds, base[:, None] + (rank < extra[:, None]), 0).astype(np.int64)
+    for t in range(V - 2, 0, -1):
+        todo = interior[:, t] & ~feeds[:, t]
+        if not todo.any():
+            continue
+        succ = adj[:, t, :].astype(bool) & interior
+        succ[:, : t + 1] = False
+        best = np.where(succ, ch, 0).max(axis=1)
+        ch[todo, t] = best[todo]
+    return ch, feeds
+
+
+def module_costs(adj: np.ndarray, labels: np.ndarray, nv: np.ndarray, h: int, w: int, cin: int, channels: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """FLOPs, params, peak bytes (input counted) and ``(N, 7)`` per-vertex FLOPs of one module.
+
+    Per-vertex FLOPs put a vertex's op and its input projection on the vertex, the output projection
+    on the output vertex.
+    """
+    adj = np.asarray(adj, np.int64)
+    nv = np.asarray(nv, np.int64)
+    n = adj.shape[0]
+    rows = np.arange(n)
+    out = nv - 1
+    hw = h * w
+    ch, feeds = _vertex_channels(adj, nv, out, channels)
+    interior = ch > 0
+    lab = np.where(interior, labels, 0).astype(np.int64)
+    is_pool = interior & (lab == 2)
+    k2 = np.where(interior & ~is_pool, _K2[np.clip(lab, 0, 2)], 0)
+    proj = interior & (adj[:, 0, :] == 1)
+    out_proj = adj[rows, 0, out] == 1
+
+    op_flops = np.where(is_pool, 9 * hw * ch, k2 * hw * ch * ch + np.where(interior & ~is_pool, 3 * hw * ch, 0))
+    proj_flops = np.where(proj, hw * cin * ch + 3 * hw * ch, 0)
+    out_flops = np.where(out_proj, hw * cin * channels + 3 * hw * channels, 0)
+    vflops = (op_flops + proj_flops).astype(np.float64)
+    vflops[rows, out] += out_flops
+    flops = vflops.sum(axis=1)
+    params = (np.where(interior & ~is_pool, k2 * ch * ch + 2 * ch, 0) + np.where(proj, cin * ch + 2 * ch, 0)).sum(1) \
+        + np.where(out_proj, cin * channels + 2 * channels, 0)
+
+    # ---- peak memory over slots -------------------------------------------------------------
+    # predecessors of t feeding its sum: interior s < t with adj[s, t], plus the projection.
+    interior_adj = adj * interior[:, :, None] * interior[:, None, :]
+    n_in = interior_adj.sum(axis=1) + proj  # (N, 7)
+    has_sum = interior & (n_in > 1)
+    n_feed = feeds.sum(axis=1)
+    has_concat = n_feed > 1
+    has_out_add = out_proj & (n_feed >= 1)
+    big = 10**6  # "never freed" (the module output)
+
+    def slot(t: int, kind: int) -> int:  # kind 0 proj, 1 sum, 2 op
+        return 3 * (t - 1) + kind
+
+    S_CONCAT, S_OPROJ, S_OADD = 15, 16, 17
+    # consumer slot of a value entering vertex t's sum/op
+    entry = np.where(has_sum, 0, 0)
+    entry_slot = np.zeros((n, V), np.int64)
+    for t in range(1, V - 1):
+        entry_slot[:, t] = np.where(has_sum[:, t], slot(t, 1), slot(t, 2))
+    sizes = []  # (slot index, exists (N,), size (N,), last use (N,))
+    # input X
+    x_last = np.full(n, -1, np.int64)
+    for t in range(1, V - 1):
+        x_last = np.where(proj[:, t], slot(t, 0), x_last)
+    x_last = np.where(out_proj, S_OPROJ, x_last)
+    for t in range(1, V - 1):
+        size = hw * ch[:, t]
+        sizes.append((slot(t, 0), proj[:, t], size, entry_slot[:, t]))
+        sizes.append((slot(t, 1), has_sum[:, t], size, np.full(n, slot(t, 2))))
+        last = np.full(n, -1, np.int64)
+        for u in range(t + 1, V - 1):
+            cons = (interior_adj[:, t, u] == 1)
+            last = np.where(cons, np.maximum(last, entry_slot[:, u]), last)
+        fed = feeds[:, t]
+        last = np.where(fed & has_concat, np.maximum(last, S_CONCAT), last)
+        last = np.where(fed & ~has_concat & has_out_add, np.maximum(last, S_OADD), last)
+        last = np.where(fed & ~has_concat & ~has_out_add, big, last)
+        sizes.append((slot(t, 2), interior[:, t], size, last))
+    full = hw * channels
+    sizes.append((S_CONCAT, has_concat, np.full(n, full), np.where(has_out_add, S_OADD, big)))
+    sizes.append((S_OPROJ, out_proj, np.full(n, full), np.where(n_feed >= 1, S_OADD, big)))
+    sizes.append((S_OADD, has_out_add, np.full(n, full), np.full(n, big)))
+    del entry
+
+    live = np.full(n, hw * cin, np.int64)
+    peak = live.copy()
+    frees = np.zeros((n, 18), np.int64)
+    for s, exists, size, last in sizes:
+        ok = exists & (last >= 0) & (last < 18)
+        np.add.at(frees, (rows[ok], last[ok]), size[ok])
+    xs = (x_last >= 0) & (x_last < 18)
+    np.add.at(frees, (rows[xs], x_last[xs]), hw * cin)
+    alloc = np.zeros((n, 18), np.int64)
+    for s, exists, size, _ in sizes:
+        alloc[:, s] += np.where(exists, size, 0)
+    for s in range(18):
+        live += alloc[:, s]
+        peak = np.maximum(peak, live)
+        live -= frees[:, s]
+    return flops, params.astype(np.float64), peak.astype(np.float64) * 4, vflops
+
+
+def network_costs(adj: np.ndarray, labels: np.ndarray, nv: np.ndarray, config: NetworkConfig = NetworkConfig()
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """FLOPs, params, peak bytes and per-vertex FLOPs of the stacked network (as ``costs.network_costs``)."""
+    s, c0 = config.input_size, config.stem_channels
+    n = len(nv)
+    flops = np.full(n, float(s * s * 9 * config.input_channels * c0 + 3 * s * s * c0))
+    params = np.full(n, float(9 * config.input_channels * c0 + 2 * c0))
+    peak = np.full(n, float((s * s * config.input_channels + s * s * c0) * 4))
+    vflops = np.zeros((n, V))
+    h = w = s
+    channels = c0
+    cin = c0
+    for stack in range(config.num_stacks):
+        if stack > 0:
+            h2, w2 = -(-h // 2), -(-w // 2)
+            flops += h2 * w2 * cin * 4
+            peak = np.maximum(peak, (h * w * cin + h2 * w2 * cin) * 4.0)
+            h, w = h2, w2
+            channels *= 2
+        first = module_costs(adj, labels, nv, h, w, cin, channels)
+        rest = module_costs(adj, labels, nv, h, w, channels, channels) if cin != channels else first
+        m = config.modules_per_stack - 1
+        flops += first[0] + m * rest[0]
+        params += first[1] + m * rest[1]
+        peak = np.maximum(peak, first[2]) if m == 0 else np.maximum(np.maximum(peak, first[2]), rest[2])
+        vflops += first[3] + m * rest[3]
+        cin = channels
+    flops += cin * config.num_classes
+    params += (cin + 1) * config.num_classes
+    peak = np.maximum(peak, (h * w * cin + cin) * 4.0)
+    peak = np.maximum(peak, (cin + config.num_classes) * 4.0)
+    return flops, params, peak, vflops
