@@ -29,18 +29,18 @@ MAX_VERTICES = 7
 MAX_EDGES = 9
 
 
-def _reachable(adj: np.ndarray, start: int, forward: bool) -> set[int]:
-    seen = {start}
-    stack = [start]
-    m = adj if forward else adj.T
-    while stack:
-        v = stack.pop()
-        for w in np.flatnonzero(m[v]):
-            w = int(w)
-            if w not in seen:
-                seen.add(w)
-                stack.append(w)
-    return seen
+def _on_path(matrix: Sequence[Sequence[int]]) -> set[int]:
+    """Vertices on some input→output path (reachable from 0 and reaching the last vertex)."""
+    n = len(matrix)
+    fwd = {0}
+    for j in range(1, n):  # upper-triangular: one pass in index order suffices
+        if any(matrix[i][j] for i in fwd):
+            fwd.add(j)
+    bwd = {n - 1}
+    for i in range(n - 2, -1, -1):
+        if any(matrix[i][j] for j in bwd):
+            bwd.add(i)
+    return fwd & bwd
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class Cell:
 
     @cached_property
     def _pruned(self) -> Cell:
-        keep = _on_path(np.array(self.matrix, dtype=np.int8))
+        keep = _on_path(self.matrix)
         if len(keep) == self.num_vertices:
             return self
         idx = sorted(keep)
@@ -142,11 +142,6 @@ class Cell:
 
     def __repr__(self) -> str:
         return f"Cell(matrix={[list(r) for r in self.matrix]}, ops={list(self.ops)})"
-
-
-def _on_path(adj: np.ndarray) -> set[int]:
-    n = adj.shape[0]
-    return _reachable(adj, 0, True) & _reachable(adj, n - 1, False)
 
 
 def _validate(matrix, ops) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
@@ -179,7 +174,7 @@ def _validate(matrix, ops) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]
     if INPUT in ops[1:] or OUTPUT in ops[:-1]:
         raise InvalidCellError("'input' and 'output' may only be the first and last ops")
     adj = arr.astype(np.int8)
-    keep = _on_path(adj)
+    keep = _on_path(adj.tolist())
     if n - 1 not in keep:
         raise InvalidCellError("no path from input to output")
     edges_after = int(adj[np.ix_(sorted(keep), sorted(keep))].sum())

@@ -53,16 +53,15 @@ def nb101_hash(matrix: Sequence[Sequence[int]], labels: Sequence[int]) -> str:
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-_S = np.array([7, 12, 17, 22] * 4 + [5, 9, 14, 20] * 4 + [4, 11, 16, 23] * 4 + [6, 10, 15, 21] * 4, dtype=np.uint64)
-_K = np.array([int(abs(np.sin(i + 1)) * 2**32) & 0xFFFFFFFF for i in range(64)], dtype=np.uint64)
+_S = np.array([7, 12, 17, 22] * 4 + [5, 9, 14, 20] * 4 + [4, 11, 16, 23] * 4 + [6, 10, 15, 21] * 4, dtype=np.uint32)
+_K = np.array([int(abs(np.sin(i + 1)) * 2**32) & 0xFFFFFFFF for i in range(64)], dtype=np.uint32)
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
-_M32 = np.uint64(0xFFFFFFFF)
-_U32 = np.uint64(32)
+_U32 = np.uint32(32)
 
 
 @numba.njit(cache=True, inline="always")
 def _rotl(x, c):
-    return ((x << c) | (x >> (_U32 - c))) & _M32
+    return np.uint32((x << c) | (x >> (_U32 - c)))
 
 
 @numba.njit(cache=True)
@@ -79,50 +78,50 @@ def _md5_hex(msg, n, out, s, k, hexchars, m):
     for i in range(8):
         msg[total + i] = (bitlen >> np.uint64(8 * i)) & np.uint64(0xFF)
     total += 8
-    a0 = np.uint64(0x67452301)
-    b0 = np.uint64(0xEFCDAB89)
-    c0 = np.uint64(0x98BADCFE)
-    d0 = np.uint64(0x10325476)
+    a0 = np.uint32(0x67452301)
+    b0 = np.uint32(0xEFCDAB89)
+    c0 = np.uint32(0x98BADCFE)
+    d0 = np.uint32(0x10325476)
     for off in range(0, total, 64):
         for j in range(16):
             p = off + 4 * j
-            m[j] = (np.uint64(msg[p]) | (np.uint64(msg[p + 1]) << np.uint64(8))
-                    | (np.uint64(msg[p + 2]) << np.uint64(16)) | (np.uint64(msg[p + 3]) << np.uint64(24)))
+            m[j] = (np.uint32(msg[p]) | (np.uint32(msg[p + 1]) << np.uint32(8))
+                    | (np.uint32(msg[p + 2]) << np.uint32(16)) | (np.uint32(msg[p + 3]) << np.uint32(24)))
         a = a0
         b = b0
         c = c0
         d = d0
         for i in range(16):  # four rounds as separate loops: no branch per step
-            f = (b & c) | ((~b & _M32) & d)
-            f = (f + a + k[i] + m[i]) & _M32
+            f = (b & c) | ((~b) & d)
+            f = np.uint32(f + a + k[i] + m[i])
             a, d, c = d, c, b
-            b = (b + _rotl(f, s[i])) & _M32
+            b = np.uint32(b + _rotl(f, s[i]))
         for i in range(16, 32):
-            f = (d & b) | ((~d & _M32) & c)
-            f = (f + a + k[i] + m[(5 * i + 1) % 16]) & _M32
+            f = (d & b) | ((~d) & c)
+            f = np.uint32(f + a + k[i] + m[(5 * i + 1) % 16])
             a, d, c = d, c, b
-            b = (b + _rotl(f, s[i])) & _M32
+            b = np.uint32(b + _rotl(f, s[i]))
         for i in range(32, 48):
             f = b ^ c ^ d
-            f = (f + a + k[i] + m[(3 * i + 5) % 16]) & _M32
+            f = np.uint32(f + a + k[i] + m[(3 * i + 5) % 16])
             a, d, c = d, c, b
-            b = (b + _rotl(f, s[i])) & _M32
+            b = np.uint32(b + _rotl(f, s[i]))
         for i in range(48, 64):
-            f = c ^ (b | (~d & _M32))
-            f = (f + a + k[i] + m[(7 * i) % 16]) & _M32
+            f = c ^ (b | (~d))
+            f = np.uint32(f + a + k[i] + m[(7 * i) % 16])
             a, d, c = d, c, b
-            b = (b + _rotl(f, s[i])) & _M32
-        a0 = (a0 + a) & _M32
-        b0 = (b0 + b) & _M32
-        c0 = (c0 + c) & _M32
-        d0 = (d0 + d) & _M32
+            b = np.uint32(b + _rotl(f, s[i]))
+        a0 = np.uint32(a0 + a)
+        b0 = np.uint32(b0 + b)
+        c0 = np.uint32(c0 + c)
+        d0 = np.uint32(d0 + d)
     words = (a0, b0, c0, d0)
     for w in range(4):
         v = words[w]
         for byte in range(4):
-            x = (v >> np.uint64(8 * byte)) & np.uint64(0xFF)
-            out[8 * w + 2 * byte] = hexchars[x >> np.uint64(4)]
-            out[8 * w + 2 * byte + 1] = hexchars[x & np.uint64(0xF)]
+            x = (v >> np.uint32(8 * byte)) & np.uint32(0xFF)
+            out[8 * w + 2 * byte] = hexchars[x >> np.uint32(4)]
+            out[8 * w + 2 * byte + 1] = hexchars[x & np.uint32(0xF)]
 
 
 @numba.njit(cache=True, inline="always")
@@ -230,7 +229,7 @@ def _hash_batch(adj, lab, nv, out, s, k, hexchars, chunks):
         nin = np.zeros(vmax, dtype=np.int64)
         nout = np.zeros(vmax, dtype=np.int64)
         idx = np.empty(vmax, dtype=np.int64)
-        m = np.empty(16, dtype=np.uint64)
+        m = np.empty(16, dtype=np.uint32)
         for c in range(ch * size, min(n, (ch + 1) * size)):
             _hash_one(adj[c], lab[c], nv[c], out[c], s, k, hexchars, h, h2, msg, ins, outs, nin, nout, idx, m)
 
