@@ -10,10 +10,13 @@ Layout (all integers little-endian; see ``leti/engine/FORMAT.md`` for the full s
         24     8  uint64 length of the JSON graph section
         32     8  uint64 offset of the weight data section (multiple of 64)
         40     8  uint64 length of the weight data section
-        48    32  SHA-256 of bytes [0, 48) + [128, end of file)
-        80    48  zero padding
+        48     4  uint32 CRC-32 (zlib) of bytes [0, 48) + [128, end of file)
+        52    76  zero padding
        128     …  UTF-8 JSON graph, then zero padding to a multiple of 64
   data_off     …  raw weight blobs, each starting at a multiple of 64 from data_off
+
+CRC-32 detects accidental corruption (truncation, flipped bits) at several GB/s; it is not a
+defence against deliberate tampering, which needs a signature outside the file.
 
 The JSON section describes inputs, outputs, tensors (name, shape, dtype and, for constants, the
 ``offset``/``nbytes`` of their blob relative to the data section) and nodes (name, op, inputs,
@@ -27,11 +30,11 @@ saying what is wrong.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import os
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +46,7 @@ MAGIC = b"LETIENG\x00"
 FORMAT_VERSION = 1
 HEADER_SIZE = 128
 ALIGN = 64
-_HEADER = struct.Struct("<8sIIQQQQ32s")  # 80 bytes, padded to HEADER_SIZE
+_HEADER = struct.Struct("<8sIIQQQQI")  # 52 bytes, padded to HEADER_SIZE
 
 
 def _align(n: int) -> int:
@@ -93,22 +96,20 @@ def save(graph: Graph, path: str | os.PathLike) -> Path:
     data_len = pos
     js = json.dumps(graph_to_json(graph, offsets), default=_json_default, separators=(",", ":")).encode()
     data_off = _align(HEADER_SIZE + len(js))
-    sha = hashlib.sha256()
     body = bytearray(data_off - HEADER_SIZE)
     body[: len(js)] = js
-    sha_fields = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, HEADER_SIZE, len(js), data_off, data_len, b"\0" * 32)[:48]
-    sha.update(sha_fields)
-    sha.update(body)
-    # hash the data section exactly as written: blobs with zero gaps between them
+    crc = zlib.crc32(_HEADER.pack(MAGIC, FORMAT_VERSION, 0, HEADER_SIZE, len(js), data_off, data_len, 0)[:48])
+    crc = zlib.crc32(body, crc)
+    # checksum the data section exactly as written: blobs with zero gaps between them
     cursor = 0
     for off, arr in blobs:
         if off > cursor:
-            sha.update(bytes(off - cursor))
-        sha.update(memoryview(arr).cast("B"))
+            crc = zlib.crc32(bytes(off - cursor), crc)
+        crc = zlib.crc32(memoryview(arr).cast("B"), crc)
         cursor = off + arr.nbytes
     if data_len > cursor:
-        sha.update(bytes(data_len - cursor))
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, HEADER_SIZE, len(js), data_off, data_len, sha.digest())
+        crc = zlib.crc32(bytes(data_len - cursor), crc)
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, HEADER_SIZE, len(js), data_off, data_len, crc)
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -170,10 +171,8 @@ def _parse(buf, size: int, path, verify: bool) -> Graph:
         _fail(path, f"data section [{data_off}, {data_off + data_len}) does not match the {size}-byte file "
                     "(truncated or padded?)")
     if verify:
-        sha = hashlib.sha256()
-        sha.update(bytes(buf[:48]))
-        sha.update(memoryview(buf)[HEADER_SIZE:size])
-        if sha.digest() != bytes(digest):
+        crc = zlib.crc32(memoryview(buf)[HEADER_SIZE:size], zlib.crc32(bytes(buf[:48])))
+        if crc != digest:
             _fail(path, "checksum mismatch (the file is corrupted)")
     try:
         doc = json.loads(bytes(buf[js_off: js_off + js_len]).decode("utf-8"))

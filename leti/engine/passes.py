@@ -76,7 +76,7 @@ def fold_batch_norm(g: Graph) -> tuple[Graph, int]:
         drop.add(id(n))
         count += 1
     g.nodes = [n for n in g.nodes if id(n) not in drop]
-    return remove_dead(g)[0], count
+    return g, count
 
 
 def fuse_activations(g: Graph) -> tuple[Graph, int]:

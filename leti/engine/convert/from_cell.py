@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from leti.engine import format as fmt
 from leti.engine.graph import Graph
@@ -26,16 +27,36 @@ from leti.generate.network import LayerGraph, NetworkConfig, cell_graph, network
 BN_EPSILON = 1e-3  # Keras' BatchNormalization default, as in the nasbench model
 
 
+@njit(cache=True)
+def _fill_uniform(out, key, lo, hi):
+    """``out[i]`` = uniform float32 on [lo, hi) from a 32-bit integer hash ("lowbias32") of
+    ``key + i``: counter-based, so it vectorises and needs no state."""
+    span = np.float32(hi - lo) * np.float32(1.0 / 16777216.0)
+    base = np.float32(lo)
+    m = np.uint64(0xFFFFFFFF)
+    k = np.uint64(key)
+    for i in range(out.size):
+        x = (np.uint64(i) + k) & m  # numba widens uint32 arithmetic, so mask to 32 bits
+        x ^= x >> np.uint64(16)
+        x = (x * np.uint64(0x7FEB352D)) & m
+        x ^= x >> np.uint64(15)
+        x = (x * np.uint64(0x846CA68B)) & m
+        x ^= x >> np.uint64(16)
+        out[i] = base + span * np.float32(np.int64(x >> np.uint64(8)))
+
+
 class _Init:
-    """Seeded uniform initialisers in float32 (fast: no float64 detour)."""
+    """Seeded uniform float32 initialisers: one pass of a counter-based hash per tensor, keyed by
+    the seed and the tensor's position (tensors draw disjoint counter ranges) — deterministic, and fast enough that
+    the export is dominated by writing the file (see ``benchmarks/bench_engine_export.py``)."""
 
     def __init__(self, seed: int):
-        self.rng = np.random.default_rng(seed)
+        self.key = int(np.random.default_rng(seed).integers(0, 2 ** 32))
 
     def uniform(self, shape, lo: float, hi: float) -> np.ndarray:
-        a = self.rng.random(shape, dtype=np.float32)
-        a *= np.float32(hi - lo)
-        a += np.float32(lo)
+        a = np.empty(shape, dtype=np.float32)
+        _fill_uniform(a.reshape(-1), np.uint32(self.key), lo, hi)
+        self.key = (self.key + a.size) % 2 ** 32
         return a
 
 

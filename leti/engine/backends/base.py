@@ -1,0 +1,122 @@
+"""The backend abstraction (MNN's ``Backend``): executions for ops, buffers, copies.
+
+A backend is asked, op by op, to :meth:`Backend.create_execution` for a node whose shapes, scheme
+and constant inputs are fixed (pre-inference). It returns an :class:`Execution` — a callable that
+only computes — or ``None`` to decline, and the session then asks the next backend. Buffers come
+from :meth:`Backend.acquire` (one arena per memory domain, planned by :mod:`leti.engine.memory`);
+tensors that cross from one memory domain to another are moved with :meth:`Backend.copy_in`.
+Ops never know which backend runs them, so a CUDA backend plugs in without touching op modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from leti.engine.graph import Node
+from leti.errors import ConversionError
+
+ALIGN = 64
+
+
+@dataclass
+class Scheme:
+    """How an op is computed: ``name`` (``gemm``, ``strassen``, ``winograd``, ``im2col``, ``direct``
+    …) and its parameters (Winograd tile ``n``, Strassen ``depth``)."""
+
+    name: str = "direct"
+    params: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.name
+        return f"{self.name}(" + ", ".join(f"{k}={v}" for k, v in self.params.items()) + ")"
+
+
+@dataclass
+class OpContext:
+    """Everything fixed at pre-inference that an execution may specialise on."""
+
+    node: Node
+    in_shapes: list[tuple[int, ...]]
+    out_shapes: list[tuple[int, ...]]
+    constants: dict[int, np.ndarray]  # input index -> constant value
+    scheme: Scheme
+    dtypes: list[str] = field(default_factory=list)  # input dtypes
+
+    @property
+    def attrs(self) -> dict:
+        return self.node.attrs
+
+
+class Execution:
+    """A prepared op: ``run(inputs, outputs, scratch)`` writes into the given output arrays."""
+
+    def __init__(self, fn: Callable, scratch: tuple[int, ...] = (), alias: bool = False):
+        self.fn = fn
+        self.scratch = tuple(scratch)  # bytes of each scratch buffer it needs
+        self.alias = alias  # output is a view of input 0 (no work at run time)
+
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray], scratch: list[np.ndarray]) -> None:
+        self.fn(inputs, outputs, scratch)
+
+
+class Backend(ABC):
+    """Base class; subclasses register in :data:`BACKENDS`."""
+
+    name = "base"
+    memory_domain = "host"
+
+    def __init__(self, threads: int | None = None, **options):
+        self.threads = threads
+        self.options = options
+
+    @abstractmethod
+    def create_execution(self, ctx: OpContext) -> Execution | None:
+        """The execution of ``ctx.node``, or ``None`` when this backend cannot run it."""
+
+    def acquire(self, nbytes: int) -> np.ndarray:
+        """A fresh buffer of ``nbytes`` (64-byte aligned) in this backend's memory."""
+        raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+        start = (-raw.ctypes.data) % ALIGN
+        return raw[start: start + nbytes]
+
+    def release(self, buffer) -> None:
+        """Give a buffer back (host memory is garbage-collected; device backends free here)."""
+
+    def view(self, buffer, offset: int, shape, dtype) -> np.ndarray:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return buffer[offset: offset + nbytes].view(dtype).reshape(shape)
+
+    def copy_in(self, src: np.ndarray, src_backend: Backend, dst: np.ndarray) -> None:
+        """Copy a tensor held by ``src_backend`` into ``dst`` (held by this backend)."""
+        np.copyto(dst, src_backend.to_host(src))
+
+    def to_host(self, array) -> np.ndarray:
+        return array
+
+    def begin_run(self) -> None:
+        """Called before each run (thread settings, stream set-up)."""
+
+    def end_run(self) -> None:
+        """Called after each run (synchronisation)."""
+
+
+#: name -> "module:Class", imported on first use so optional backends cost nothing.
+BACKENDS = {"cpu": "leti.engine.backends.cpu:CPUBackend",
+            "reference": "leti.engine.backends.reference:ReferenceBackend"}
+
+
+def get_backend(name: str, **options) -> Backend:
+    if isinstance(name, Backend):
+        return name
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise ConversionError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}") from None
+    mod, cls = target.split(":")
+    return getattr(importlib.import_module(mod), cls)(**options)

@@ -1,0 +1,202 @@
+"""CPU executions of the non-convolution ops: NumPy with ``out=`` into planned buffers, numba for
+pooling and the LSTM recurrence."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leti.engine.backends.base import Execution, OpContext
+from leti.engine.backends.cpu import kernels as K
+from leti.engine.ops.batch_norm import scale_shift
+from leti.engine.ops.pool import window
+from leti.engine.ops.slice import bounds
+
+_EMPTY = np.zeros(1, dtype=np.float32)
+
+
+def _act_inplace(y: np.ndarray, act: str) -> None:
+    if act == "relu":
+        np.maximum(y, 0, out=y)
+    elif act == "relu6":
+        np.clip(y, 0, 6, out=y)
+
+
+def fully_connected(ctx: OpContext):
+    w = ctx.constants.get(1)
+    if w is None:
+        return None
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    k, n = w.shape
+    bias = ctx.constants.get(2)
+    b = np.ascontiguousarray(bias, dtype=np.float32) if bias is not None else _EMPTY
+    act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
+
+    def run(ins, outs, scratch):
+        y2 = outs[0].reshape(-1, n)
+        np.matmul(ins[0].reshape(-1, k), w, out=y2)
+        if bias is not None or act:
+            K.bias_act(y2, b, bias is not None, act)
+
+    return Execution(run)
+
+
+def _pool(is_max: bool):
+    def factory(ctx: OpContext):
+        (kh, kw), (sh, sw), pads, _ = window(ctx.in_shapes[0], ctx.attrs)
+        act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
+
+        def run(ins, outs, scratch):
+            K.pool(ins[0], outs[0], kh, kw, sh, sw, pads[0], pads[2], is_max, act)
+
+        return Execution(run)
+
+    return factory
+
+
+def _binary(ufunc):
+    def factory(ctx: OpContext):
+        act = ctx.attrs.get("activation", "none")
+
+        def run(ins, outs, scratch):
+            ufunc(ins[0], ins[1], out=outs[0])
+            _act_inplace(outs[0], act)
+
+        return Execution(run)
+
+    return factory
+
+
+def add_n(ctx: OpContext):
+    act = ctx.attrs.get("activation", "none")
+
+    def run(ins, outs, scratch):
+        y = outs[0]
+        if len(ins) == 1:
+            np.copyto(y, ins[0])
+        else:
+            np.add(ins[0], ins[1], out=y)
+            for x in ins[2:]:
+                np.add(y, x, out=y)
+        _act_inplace(y, act)
+
+    return Execution(run)
+
+
+def concat(ctx: OpContext):
+    axis = int(ctx.attrs.get("axis", -1)) % len(ctx.out_shapes[0])
+    act = ctx.attrs.get("activation", "none")
+    spans, pos = [], 0
+    for s in ctx.in_shapes:
+        spans.append((slice(None),) * axis + (slice(pos, pos + s[axis]),))
+        pos += s[axis]
+
+    def run(ins, outs, scratch):
+        for x, idx in zip(ins, spans):
+            np.copyto(outs[0][idx], x)
+        _act_inplace(outs[0], act)
+
+    return Execution(run)
+
+
+def slice_(ctx: OpContext):
+    idx = tuple(slice(b, e) for b, e in bounds(ctx.in_shapes[0], ctx.attrs))
+    return Execution(lambda ins, outs, scratch: np.copyto(outs[0], ins[0][idx]))
+
+
+def mean(ctx: OpContext):
+    from leti.engine.ops.mean import _axes
+
+    axes = tuple(_axes(ctx.in_shapes[0], ctx.attrs))
+    keep = bool(ctx.attrs.get("keepdims", False))
+
+    def run(ins, outs, scratch):
+        np.mean(ins[0], axis=axes, keepdims=keep, out=outs[0])
+
+    return Execution(run)
+
+
+def reshape(ctx: OpContext):
+    return Execution(lambda ins, outs, scratch: None, alias=True)
+
+
+def pad(ctx: OpContext):
+    pads = [tuple(p) for p in ctx.attrs["pads"]]
+    value = float(ctx.attrs.get("value", 0.0))
+    inner = tuple(slice(a, a + d) for (a, _), d in zip(pads, ctx.in_shapes[0]))
+
+    def run(ins, outs, scratch):
+        outs[0].fill(value)
+        np.copyto(outs[0][inner], ins[0])
+
+    return Execution(run)
+
+
+def softmax(ctx: OpContext):
+    beta = np.float32(ctx.attrs.get("beta", 1.0))
+
+    def run(ins, outs, scratch):
+        y = outs[0]
+        np.multiply(ins[0], beta, out=y)
+        y -= y.max(axis=-1, keepdims=True)
+        np.exp(y, out=y)
+        y /= y.sum(axis=-1, keepdims=True)
+
+    return Execution(run)
+
+
+def relu(ctx: OpContext):
+    return Execution(lambda ins, outs, scratch: np.maximum(ins[0], 0, out=outs[0]))
+
+
+def relu6(ctx: OpContext):
+    return Execution(lambda ins, outs, scratch: np.clip(ins[0], 0, 6, out=outs[0]))
+
+
+def batch_norm(ctx: OpContext):
+    if any(i not in ctx.constants for i in range(1, 5)):
+        return None
+    scale, shift = scale_shift(*(ctx.constants[i] for i in range(1, 5)), float(ctx.attrs.get("epsilon", 1e-3)))
+    scale, shift = scale.astype(np.float32), shift.astype(np.float32)
+
+    def run(ins, outs, scratch):
+        np.multiply(ins[0], scale, out=outs[0])
+        outs[0] += shift
+
+    return Execution(run)
+
+
+def lstm(ctx: OpContext):
+    if any(i not in ctx.constants for i in (1, 2, 3)):
+        return None
+    w = np.ascontiguousarray(ctx.constants[1], dtype=np.float32)
+    rt = np.ascontiguousarray(ctx.constants[2].T, dtype=np.float32)
+    b = np.ascontiguousarray(ctx.constants[3], dtype=np.float32)
+    n, t, i_dim = ctx.in_shapes[0]
+    hd = rt.shape[1]
+    seqs = bool(ctx.attrs.get("return_sequences", True))
+    f4 = 4
+
+    def run(ins, outs, scratch):
+        gx = scratch[0].view(np.float32).reshape(n, t, 4 * hd)
+        g2 = gx.reshape(n * t, 4 * hd)
+        np.matmul(ins[0].reshape(n * t, i_dim), w, out=g2)  # input projections of all steps: one GEMM
+        g2 += b
+        h = scratch[1].view(np.float32).reshape(n, hd)
+        c = scratch[2].view(np.float32).reshape(n, hd)
+        h.fill(0.0)
+        c.fill(0.0)
+        seq = outs[0] if seqs else scratch[3].view(np.float32).reshape(n, t, hd)
+        K.lstm_recurrence(gx, rt, seq, h, c)
+        if not seqs:
+            np.copyto(outs[0], h)
+
+    scratch = (n * t * 4 * hd * f4, n * hd * f4, n * hd * f4) + (() if seqs else (n * t * hd * f4,))
+    return Execution(run, scratch=scratch)
+
+
+FACTORIES = {
+    "fully_connected": fully_connected, "max_pool2d": _pool(True), "avg_pool2d": _pool(False),
+    "add": _binary(np.add), "mul": _binary(np.multiply), "add_n": add_n, "concat": concat, "slice": slice_,
+    "mean": mean, "reshape": reshape, "pad": pad, "softmax": softmax, "relu": relu, "relu6": relu6,
+    "batch_norm": batch_norm, "lstm": lstm,
+}

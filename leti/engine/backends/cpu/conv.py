@@ -1,0 +1,112 @@
+"""Convolution executions of the CPU backend, one per scheme chosen at pre-inference:
+
+* ``gemm`` / ``strassen`` — 1×1 stride-1 convolutions are one matrix product over the NHWC data
+  (no copy), optionally with Strassen levels;
+* ``winograd`` — F(n×n, k×k) with the generated A, B, G: numba input transform, α² batched BLAS
+  products against the pre-transformed filter ``U = G W Gᵀ``, numba output transform with the
+  bias and activation fused;
+* ``im2col`` — the sliding-window scheme for everything else (strides, dilations, n̂ = 1): numba
+  builds the column matrix in a scratch buffer, BLAS multiplies it;
+* depthwise convolutions run a direct numba kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leti.engine.backends.base import Execution, OpContext
+from leti.engine.backends.cpu import kernels as K
+from leti.engine.ops.conv2d import geometry
+from leti.engine.strassen import strassen_matmul
+from leti.engine.winograd import winograd_matrices
+
+_EMPTY = np.zeros(1, dtype=np.float32)
+
+
+def _bias_act(ctx: OpContext, nout: int):
+    bias = ctx.constants.get(2)
+    b = np.ascontiguousarray(bias, dtype=np.float32) if bias is not None else _EMPTY
+    return b, bias is not None, K.ACT_CODE[ctx.attrs.get("activation", "none")]
+
+
+def conv2d(ctx: OpContext) -> Execution | None:
+    w = ctx.constants.get(1)
+    if w is None:  # weights computed at run time: not supported by the fast path
+        return None
+    x_shape, y_shape = ctx.in_shapes[0], ctx.out_shapes[0]
+    pads, (oh, ow), (sh, sw), (dh, dw) = geometry(x_shape, w.shape, ctx.attrs)
+    kh, kw, ic, oc = w.shape
+    bias, has_bias, act = _bias_act(ctx, oc)
+    scheme = ctx.scheme
+    rows = x_shape[0] * oh * ow
+
+    if scheme.name in ("gemm", "strassen"):
+        if (kh, kw, sh, sw) != (1, 1, 1, 1) or any(pads):
+            return None
+        w2 = np.ascontiguousarray(w.reshape(ic, oc), dtype=np.float32)
+        depth = int(scheme.params.get("depth", 0)) if scheme.name == "strassen" else 0
+
+        def run_gemm(ins, outs, scratch):
+            x2 = ins[0].reshape(rows, ic)
+            y2 = outs[0].reshape(rows, oc)
+            if depth:
+                strassen_matmul(x2, w2, depth, out=y2)
+            else:
+                np.matmul(x2, w2, out=y2)
+            if has_bias or act:
+                K.bias_act(y2, bias, has_bias, act)
+
+        return Execution(run_gemm)
+
+    if scheme.name == "winograd":
+        n = int(scheme.params["n"])
+        if kh != kw or (sh, sw, dh, dw) != (1, 1, 1, 1):
+            return None
+        at, bt, g = winograd_matrices(n, kh)
+        alpha = n + kh - 1
+        u = np.einsum("ai,bj,ijco->abco", g, g, w.astype(np.float64)).reshape(alpha * alpha, ic, oc)
+        u = np.ascontiguousarray(u, dtype=np.float32)
+        at32, bt32 = at.astype(np.float32), bt.astype(np.float32)
+        th, tw = -(-oh // n), -(-ow // n)
+        tiles = x_shape[0] * th * tw
+        v_bytes, m_bytes = alpha * alpha * tiles * ic * 4, alpha * alpha * tiles * oc * 4
+        pt, pl = pads[0], pads[2]
+
+        def run_winograd(ins, outs, scratch):
+            v = scratch[0].view(np.float32).reshape(alpha * alpha, tiles, ic)
+            m = scratch[1].view(np.float32).reshape(alpha * alpha, tiles, oc)
+            K.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw)
+            np.matmul(v, u, out=m)
+            K.winograd_output(m, at32, outs[0], bias, has_bias, act, th, tw)
+
+        return Execution(run_winograd, scratch=(v_bytes, m_bytes))
+
+    # im2col: the general sliding-window scheme
+    w2 = np.ascontiguousarray(w.reshape(kh * kw * ic, oc), dtype=np.float32)
+    cols = kh * kw * ic
+    pt, pl = pads[0], pads[2]
+
+    def run_im2col(ins, outs, scratch):
+        col = scratch[0].view(np.float32).reshape(rows, cols)
+        K.im2col(ins[0], col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+        y2 = outs[0].reshape(rows, oc)
+        np.matmul(col, w2, out=y2)
+        if has_bias or act:
+            K.bias_act(y2, bias, has_bias, act)
+
+    return Execution(run_im2col, scratch=(rows * cols * 4,))
+
+
+def depthwise_conv2d(ctx: OpContext) -> Execution | None:
+    w = ctx.constants.get(1)
+    if w is None:
+        return None
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    pads, _, (sh, sw), (dh, dw) = geometry(ctx.in_shapes[0], w.shape, ctx.attrs)
+    bias, has_bias, act = _bias_act(ctx, w.shape[2])
+    mult = int(ctx.attrs.get("multiplier", 1))
+
+    def run(ins, outs, scratch):
+        K.depthwise(ins[0], w, bias, has_bias, outs[0], mult, sh, sw, dh, dw, pads[0], pads[2], act)
+
+    return Execution(run)

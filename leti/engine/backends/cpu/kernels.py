@@ -1,0 +1,227 @@
+"""numba kernels of the CPU backend (compiled once per dtype/layout and cached on disk).
+
+All kernels work on NHWC float32 arrays and write into preallocated outputs; ``act`` is 0 (none),
+1 (ReLU) or 2 (ReLU6). Parallel loops (``prange``) run on numba's thread pool, whose size the
+backend sets from its ``threads`` option.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+ACT_CODE = {"none": 0, None: 0, "relu": 1, "relu6": 2}
+
+
+@njit(inline="always")
+def _act(v, act):
+    if act == 1:
+        return v if v > 0.0 else np.float32(0.0)
+    if act == 2:
+        return min(max(v, np.float32(0.0)), np.float32(6.0))
+    return v
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def bias_act(y, bias, has_bias, act):
+    """In place on a 2-D ``(rows, channels)`` array: ``y = act(y + bias)``."""
+    rows, ch = y.shape
+    for r in prange(rows):
+        for c in range(ch):
+            v = y[r, c]
+            if has_bias:
+                v += bias[c]
+            y[r, c] = _act(v, act)
+
+
+@njit(parallel=True, cache=True)
+def im2col(x, col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
+    """``col[(n·oh + y)·ow + x, (i·kw + j)·C + c] = x[n, y·sh − pt + i·dh, x·sw − pl + j·dw, c]`` (0 outside)."""
+    nb, h, w, c = x.shape
+    for r in prange(nb * oh):
+        n = r // oh
+        y = r % oh
+        for xo in range(ow):
+            row = r * ow + xo
+            for i in range(kh):
+                yy = y * sh - pt + i * dh
+                for j in range(kw):
+                    xx = xo * sw - pl + j * dw
+                    base = (i * kw + j) * c
+                    if 0 <= yy < h and 0 <= xx < w:
+                        for ci in range(c):
+                            col[row, base + ci] = x[n, yy, xx, ci]
+                    else:
+                        for ci in range(c):
+                            col[row, base + ci] = 0.0
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def winograd_input(x, bt, v, n_out, pt, pl, th, tw):
+    """Tiles of ``x[b]`` (α×α, stride n_out, zero padded) transformed to ``v[a·α + b, t, c] = (Bᵀ X B)[a, b]``."""
+    nb, h, w, c = x.shape
+    alpha = bt.shape[0]
+    tiles = th * tw
+    for bt_idx in prange(nb * tiles):
+        b = bt_idx // tiles
+        t = bt_idx % tiles
+        y0 = (t // tw) * n_out - pt
+        x0 = (t % tw) * n_out - pl
+        d = np.zeros((alpha, alpha, c), dtype=np.float32)
+        for i in range(alpha):
+            yy = y0 + i
+            if 0 <= yy < h:
+                for j in range(alpha):
+                    xx = x0 + j
+                    if 0 <= xx < w:
+                        for ci in range(c):
+                            d[i, j, ci] = x[b, yy, xx, ci]
+        tmp = np.zeros((alpha, alpha, c), dtype=np.float32)
+        for a in range(alpha):
+            for i in range(alpha):
+                f = bt[a, i]
+                if f != 0.0:
+                    for j in range(alpha):
+                        for ci in range(c):
+                            tmp[a, j, ci] += f * d[i, j, ci]
+        row = b * tiles + t
+        for a in range(alpha):
+            for bb in range(alpha):
+                for ci in range(c):
+                    v[a * alpha + bb, row, ci] = 0.0
+                for j in range(alpha):
+                    f = bt[bb, j]
+                    if f != 0.0:
+                        for ci in range(c):
+                            v[a * alpha + bb, row, ci] += f * tmp[a, j, ci]
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def winograd_output(m, at, y, bias, has_bias, act, th, tw):
+    """``y[b, ty·n + i, tx·n + j, :] = act((Aᵀ M A)[i, j] + bias)``, cropped to y's size."""
+    nb, oh, ow, oc = y.shape
+    n_out, alpha = at.shape
+    tiles = th * tw
+    for bt_idx in prange(nb * tiles):
+        b = bt_idx // tiles
+        t = bt_idx % tiles
+        row = b * tiles + t
+        y0 = (t // tw) * n_out
+        x0 = (t % tw) * n_out
+        tmp = np.zeros((n_out, alpha, oc), dtype=np.float32)
+        for i in range(n_out):
+            for a in range(alpha):
+                f = at[i, a]
+                if f != 0.0:
+                    for bb in range(alpha):
+                        for o in range(oc):
+                            tmp[i, bb, o] += f * m[a * alpha + bb, row, o]
+        for i in range(n_out):
+            yy = y0 + i
+            if yy >= oh:
+                continue
+            for j in range(n_out):
+                xx = x0 + j
+                if xx >= ow:
+                    continue
+                for o in range(oc):
+                    acc = np.float32(0.0)
+                    for bb in range(alpha):
+                        acc += at[j, bb] * tmp[i, bb, o]
+                    if has_bias:
+                        acc += bias[o]
+                    y[b, yy, xx, o] = _act(acc, act)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def depthwise(x, w, bias, has_bias, y, mult, sh, sw, dh, dw, pt, pl, act):
+    """Depthwise conv: ``y[.., c·mult + m] = Σ x[.., c] · w[i, j, c·mult + m]``."""
+    nb, h, wd, c = x.shape
+    _, oh, ow, oc = y.shape
+    kh, kw, _ = w.shape
+    for r in prange(nb * oh):
+        n = r // oh
+        yo = r % oh
+        acc = np.empty(oc, dtype=np.float32)
+        for xo in range(ow):
+            for o in range(oc):
+                acc[o] = bias[o] if has_bias else 0.0
+            for i in range(kh):
+                yy = yo * sh - pt + i * dh
+                if yy < 0 or yy >= h:
+                    continue
+                for j in range(kw):
+                    xx = xo * sw - pl + j * dw
+                    if xx < 0 or xx >= wd:
+                        continue
+                    for o in range(oc):
+                        acc[o] += x[n, yy, xx, o // mult] * w[i, j, o]
+            for o in range(oc):
+                y[n, yo, xo, o] = _act(acc[o], act)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def pool(x, y, kh, kw, sh, sw, pt, pl, is_max, act):
+    """Max or average pooling (average over the non-padding elements)."""
+    nb, h, w, c = x.shape
+    _, oh, ow, _ = y.shape
+    for r in prange(nb * oh):
+        n = r // oh
+        yo = r % oh
+        acc = np.empty(c, dtype=np.float32)
+        for xo in range(ow):
+            for ci in range(c):
+                acc[ci] = -np.inf if is_max else 0.0
+            cnt = 0
+            for i in range(kh):
+                yy = yo * sh - pt + i
+                if yy < 0 or yy >= h:
+                    continue
+                for j in range(kw):
+                    xx = xo * sw - pl + j
+                    if xx < 0 or xx >= w:
+                        continue
+                    cnt += 1
+                    if is_max:
+                        for ci in range(c):
+                            acc[ci] = max(acc[ci], x[n, yy, xx, ci])
+                    else:
+                        for ci in range(c):
+                            acc[ci] += x[n, yy, xx, ci]
+            for ci in range(c):
+                v = acc[ci] if is_max else acc[ci] / cnt
+                y[n, yo, xo, ci] = _act(v, act)
+
+
+@njit(cache=True, fastmath=True)
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def lstm_recurrence(gx, rt, seq, h, c):
+    """The recurrent loop: ``gx`` (N, T, 4H) holds the input projections of all steps (one GEMM
+    done before); each step adds ``h @ r`` (``rt = rᵀ``, contiguous per unit) and updates the state, threads split over hidden units."""
+    n, t, h4 = gx.shape
+    hd = h4 // 4
+    hn = np.empty_like(h)
+    for s in range(t):
+        for u in prange(hd):
+            for b in range(n):
+                zi = gx[b, s, u]
+                zf = gx[b, s, hd + u]
+                zg = gx[b, s, 2 * hd + u]
+                zo = gx[b, s, 3 * hd + u]
+                for k in range(hd):
+                    hv = h[b, k]
+                    zi += hv * rt[u, k]
+                    zf += hv * rt[hd + u, k]
+                    zg += hv * rt[2 * hd + u, k]
+                    zo += hv * rt[3 * hd + u, k]
+                cv = _sigmoid(zf) * c[b, u] + _sigmoid(zi) * np.tanh(zg)
+                c[b, u] = cv
+                hn[b, u] = _sigmoid(zo) * np.tanh(cv)
+        for b in range(n):
+            for u in range(hd):
+                h[b, u] = hn[b, u]
+                seq[b, s, u] = hn[b, u]

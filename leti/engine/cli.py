@@ -1,0 +1,216 @@
+"""``leti engine``: convert models to ``.leti``, run, profile, inspect and check them on the engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+
+from leti.errors import ConversionError
+
+engine_app = typer.Typer(help="LETI's own inference engine (.leti models, CPU backend).", no_args_is_help=True)
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    transient=True)
+
+
+def _load_graph(path: Path):
+    from leti.engine import format as fmt
+    from leti.engine.convert.from_tflite import from_tflite
+
+    if path.suffix == ".tflite":
+        return from_tflite(path)
+    return fmt.load(path)
+
+
+def _session(model: Path, threads: Optional[int], backend: str, scheme: Optional[str]):
+    from leti.engine.session import Session
+
+    kw = {"conv_scheme": scheme} if scheme else {}
+    return Session(_load_graph(model), backends=tuple(b.strip() for b in backend.split(",")), threads=threads,
+                   **kw).resize()
+
+
+def _random_feeds(s, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {t: rng.standard_normal(s.shapes[t]).astype(s.graph.tensors[t].dtype) for t in s.graph.inputs}
+
+
+@engine_app.command("convert")
+def convert(
+    source: str = typer.Argument(..., help="A .tflite file, or a cell as JSON (a file or the JSON text)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The .leti file to write."),
+    network: bool = typer.Option(False, "--network/--cell", help="Cell JSON: stacked network or one cell."),
+    input_size: int = typer.Option(32, help="Cell JSON: input height and width."),
+    channels: int = typer.Option(128, help="Cell JSON: cell input/output channels, or network stem channels."),
+    seed: int = typer.Option(0, help="Cell JSON: weight seed."),
+) -> None:
+    """Convert a TFLite model or a NB101 cell to a .leti model.
+
+    Example: leti engine convert model.tflite -o model.leti
+    Example: leti engine convert '{"matrix": [[0,1],[0,0]], "ops": ["input","output"]}' --network -o net.leti
+    """
+    from leti.engine import format as fmt
+    from leti.engine.convert.from_cell import write_leti
+    from leti.engine.convert.from_tflite import from_tflite
+    from leti.generate.cell import Cell
+    from leti.generate.network import NetworkConfig
+
+    src = Path(source)
+    if src.suffix == ".tflite":
+        path = fmt.save(from_tflite(src), out)
+    else:
+        text = src.read_text() if src.suffix == ".json" and src.exists() else source
+        cell = Cell.from_json(text)
+        if network:
+            path = write_leti(cell, out, kind="network", seed=seed,
+                              config=NetworkConfig(input_size=input_size, stem_channels=channels))
+        else:
+            path = write_leti(cell, out, kind="cell", input_shape=(input_size, input_size, channels), seed=seed)
+    g = fmt.load(path)
+    typer.echo(f"wrote {path} ({path.stat().st_size:,} bytes, {len(g.nodes)} nodes, {g.num_params():,} weights)")
+
+
+@engine_app.command("run")
+def run(
+    model: Path = typer.Argument(..., help=".leti (or .tflite, converted on the fly) model."),
+    runs: int = typer.Option(50, help="Timed runs."),
+    warmup: int = typer.Option(5, help="Untimed runs first (numba compiles on the first one)."),
+    threads: Optional[int] = typer.Option(None, help="CPU threads (numba and BLAS); default: all."),
+    backend: str = typer.Option("cpu,reference", help="Backends in order of preference."),
+    scheme: Optional[str] = typer.Option(None, help="Force a conv scheme: gemm, strassen, winograd, im2col."),
+    as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
+) -> None:
+    """Latency of a model on the engine (count, mean, std, min, max, median in ms).
+
+    Example: leti engine run net.leti --runs 100 --threads 1
+    """
+    import time
+
+    s = _session(model, threads, backend, scheme)
+    feeds = _random_feeds(s)
+    samples = []
+    with _progress() as prog:
+        task = prog.add_task("running", total=warmup + runs)
+        for i in range(warmup + runs):
+            t0 = time.perf_counter()
+            s.run(feeds, copy=False)
+            if i >= warmup:
+                samples.append((time.perf_counter() - t0) * 1e3)
+            prog.advance(task)
+    a = np.asarray(samples)
+    stats = {"model": str(model), "count": int(a.size), "mean_ms": float(a.mean()),
+             "std_ms": float(a.std(ddof=1)) if a.size > 1 else 0.0, "min_ms": float(a.min()),
+             "max_ms": float(a.max()), "median_ms": float(np.median(a)), "threads": threads}
+    if as_json:
+        typer.echo(json.dumps(stats))
+    else:
+        typer.echo(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in stats.items()))
+
+
+@engine_app.command("profile")
+def profile(
+    model: Path = typer.Argument(..., help=".leti or .tflite model."),
+    runs: int = typer.Option(10, help="Runs per op (median)."),
+    threads: Optional[int] = typer.Option(None, help="CPU threads."),
+    backend: str = typer.Option("cpu,reference", help="Backends in order of preference."),
+    scheme: Optional[str] = typer.Option(None, help="Force a conv scheme."),
+) -> None:
+    """Per-op time, backend, chosen scheme and buffer sizes.
+
+    Example: leti engine profile net.leti --runs 20
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    s = _session(model, threads, backend, scheme)
+    feeds = _random_feeds(s)
+    s.run(feeds)  # compile kernels before timing
+    rows = s.profile(feeds, runs=runs)
+    total = sum(r["ms"] for r in rows)
+    t = Table("op", "name", "backend", "scheme", "ms", "%", "out shape", "out B", "scratch B")
+    for r in rows:
+        t.add_row(r["op"], r["name"][-40:], r["backend"], r["scheme"], f"{r['ms']:.3f}",
+                  f"{100 * r['ms'] / total:.1f}" if total else "0", str(r["out_shape"][0]), f"{r['out_bytes']:,}",
+                  f"{r['scratch_bytes']:,}")
+    console = Console(width=200)
+    console.print(t)
+    console.print(f"total {total:.3f} ms; " + "; ".join(f"{d}: {p.summary()}" for d, p in s.memory.items()))
+
+
+@engine_app.command("info")
+def info(model: Path = typer.Argument(..., help=".leti or .tflite model.")) -> None:
+    """Inputs, outputs, passes, ops, schemes and the memory plan of a model.
+
+    Example: leti engine info net.leti
+    """
+    from leti.engine import format as fmt
+
+    s = _session(model, None, "cpu,reference", None)
+    d = s.describe()
+    if model.suffix != ".tflite":
+        d["metadata"] = fmt.load(model, verify=False).metadata
+    typer.echo(json.dumps(d, indent=2, default=str))
+
+
+@engine_app.command("check")
+def check(
+    model: Path = typer.Argument(..., help="A .tflite model."),
+    tolerance: float = typer.Option(1e-4, help="Largest relative error allowed (max |a-b| / max |b|)."),
+    seed: int = typer.Option(0, help="Seed of the random input."),
+) -> None:
+    """Engine outputs against the TFLite interpreter, op by op where TFLite keeps the tensor.
+
+    Example: leti engine check model.tflite --tolerance 1e-4
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    from leti.engine.convert.from_tflite import from_tflite
+    from leti.engine.reference import run_reference
+    from leti.engine.session import Session
+
+    if model.suffix != ".tflite":
+        raise ConversionError(f"{model}: check compares against TFLite and needs a .tflite model")
+    g = from_tflite(model)
+    s = Session(g).resize()
+    feeds = _random_feeds(s, seed)
+    it = Interpreter(model_path=str(model), experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    for d in it.get_input_details():
+        it.set_tensor(d["index"], feeds[d["name"]] if d["name"] in feeds else next(iter(feeds.values())))
+    it.invoke()
+    tfl = {d["name"]: d["index"] for d in it.get_tensor_details()}
+
+    def rel(a, b):
+        return float(np.abs(a.astype(np.float64) - b).max() / max(np.abs(b).max(), 1e-12))
+
+    ref_all = run_reference(g, feeds, keep_all=True)
+    worst_op = 0.0
+    compared = 0
+    for n in g.nodes:
+        for t in n.outputs:
+            if t in tfl:
+                v = it.get_tensor(tfl[t])
+                if v.shape == ref_all[t].shape:
+                    worst_op = max(worst_op, rel(ref_all[t], v))
+                    compared += 1
+    out = s.run(feeds)
+    worst = 0.0
+    for d in it.get_output_details():
+        name = d["name"] if d["name"] in out else g.outputs[0]
+        worst = max(worst, rel(out[name], it.get_tensor(d["index"])))
+    typer.echo(f"op by op (reference vs TFLite, {compared} tensors): max rel error {worst_op:.2e}")
+    typer.echo(f"outputs (engine CPU vs TFLite): max rel error {worst:.2e} (tolerance {tolerance:g})")
+    if worst > tolerance or worst_op > tolerance:
+        raise ConversionError(f"{model}: engine differs from TFLite by {max(worst, worst_op):.2e} > {tolerance:g}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(engine_app, name="engine")

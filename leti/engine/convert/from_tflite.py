@@ -1,0 +1,315 @@
+"""``.tflite`` flatbuffer → engine :class:`Graph`.
+
+The flatbuffer is read with the schema classes generated from TFLite's ``schema.fbs`` that ship
+with ``ai_edge_litert`` (light to import: no TensorFlow). Each TFLite builtin op has a small
+translator in :data:`TRANSLATORS`; an op without one raises :class:`ConversionError` naming it and
+listing the supported ones. Only float32 models are accepted (quantized tensors are refused).
+
+Layout changes done here, once: conv weights OHWI → HWIO, depthwise ``(1, kh, kw, C·M)`` →
+``(kh, kw, C·M)``, fully-connected ``(out, in)`` → ``(in, out)``; LSTM gate matrices are stacked
+into ``(I, 4H)`` / ``(H, 4H)`` in the order i, f, g, o.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from leti.engine.graph import Graph
+from leti.errors import ConversionError, CorruptModelError
+
+_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8"}
+_ACT = {0: "none", 1: "relu", 3: "relu6"}
+
+
+def _schema():
+    from ai_edge_litert import schema_py_generated as s
+
+    return s
+
+
+class _Ctx:
+    def __init__(self, model, sub, graph: Graph, names: list[str], source: str):
+        self.s = _schema()
+        self.model, self.sub, self.g, self.names, self.source = model, sub, graph, names, source
+
+    def tensor(self, i: int):
+        return self.sub.Tensors(i)
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        t = self.tensor(i)
+        return tuple(int(v) for v in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+
+    def const(self, i: int) -> np.ndarray | None:
+        if i < 0:
+            return None
+        return self.g.constants.get(self.names[i])
+
+    def need_const(self, i: int, what: str) -> np.ndarray:
+        v = self.const(i)
+        if v is None:
+            raise ConversionError(f"{self.source}: {what} must be a constant tensor")
+        return v
+
+    def options(self, cls_name: str):
+        raw = self.op.BuiltinOptions()
+        opt = getattr(self.s, cls_name)()
+        if raw is not None:
+            opt.Init(raw.Bytes, raw.Pos)
+        return opt
+
+    def act(self, code: int) -> str:
+        if code not in _ACT:
+            raise ConversionError(f"{self.source}: fused activation {code} is not supported (only none, relu, relu6)")
+        return _ACT[code]
+
+    def ins(self) -> list[int]:
+        return [int(v) for v in self.op.InputsAsNumpy()] if self.op.InputsLength() else []
+
+    def outs(self) -> list[int]:
+        return [int(v) for v in self.op.OutputsAsNumpy()]
+
+    def add(self, op: str, inputs: list[str], **attrs):
+        out = [self.names[i] for i in self.outs()]
+        self.g.add_node(op, inputs, out, name=out[0], **attrs)
+
+    def new_const(self, name: str, value: np.ndarray) -> str:
+        if name in self.g.tensors:
+            name = f"{name}#{len(self.g.tensors)}"
+        return self.g.add_constant(name, np.ascontiguousarray(value))
+
+
+def _padding(code: int) -> str:
+    return "same" if code == 0 else "valid"
+
+
+def _conv(c: _Ctx):
+    o = c.options("Conv2DOptions")
+    ins = c.ins()
+    w = c.need_const(ins[1], "conv weights")
+    inputs = [c.names[ins[0]], c.new_const(c.names[ins[1]] + "/hwio", w.transpose(1, 2, 3, 0))]
+    if len(ins) > 2 and ins[2] >= 0:
+        inputs.append(c.names[ins[2]])
+    c.add("conv2d", inputs, strides=[o.StrideH(), o.StrideW()], dilations=[o.DilationHFactor(), o.DilationWFactor()],
+          padding=_padding(o.Padding()), activation=c.act(o.FusedActivationFunction()))
+
+
+def _depthwise(c: _Ctx):
+    o = c.options("DepthwiseConv2DOptions")
+    ins = c.ins()
+    w = c.need_const(ins[1], "depthwise weights")
+    cin = c.shape(ins[0])[3]
+    inputs = [c.names[ins[0]], c.new_const(c.names[ins[1]] + "/hwc", w.reshape(w.shape[1:]))]
+    if len(ins) > 2 and ins[2] >= 0:
+        inputs.append(c.names[ins[2]])
+    c.add("depthwise_conv2d", inputs, multiplier=w.shape[3] // cin, strides=[o.StrideH(), o.StrideW()],
+          dilations=[o.DilationHFactor(), o.DilationWFactor()], padding=_padding(o.Padding()),
+          activation=c.act(o.FusedActivationFunction()))
+
+
+def _fully_connected(c: _Ctx):
+    o = c.options("FullyConnectedOptions")
+    ins = c.ins()
+    w = c.need_const(ins[1], "fully-connected weights")
+    x = c.names[ins[0]]
+    xs = c.shape(ins[0])
+    if len(xs) != 2 and not o.KeepNumDims():
+        flat = f"{x}/flat"
+        c.g.add_tensor(flat, (int(np.prod(xs)) // w.shape[1], w.shape[1]))
+        c.g.add_node("reshape", [x], [flat], shape=[-1, int(w.shape[1])])
+        x = flat
+    inputs = [x, c.new_const(c.names[ins[1]] + "/io", w.T)]
+    if len(ins) > 2 and ins[2] >= 0:
+        inputs.append(c.names[ins[2]])
+    c.add("fully_connected", inputs, activation=c.act(o.FusedActivationFunction()))
+
+
+def _pool(kind: str):
+    def tr(c: _Ctx):
+        o = c.options("Pool2DOptions")
+        c.add(kind, [c.names[c.ins()[0]]], kernel=[o.FilterHeight(), o.FilterWidth()],
+              strides=[o.StrideH(), o.StrideW()], padding=_padding(o.Padding()),
+              activation=c.act(o.FusedActivationFunction()))
+
+    return tr
+
+
+def _binary(kind: str, opts: str):
+    def tr(c: _Ctx):
+        o = c.options(opts)
+        c.add(kind, [c.names[i] for i in c.ins()], activation=c.act(o.FusedActivationFunction()))
+
+    return tr
+
+
+def _concat(c: _Ctx):
+    o = c.options("ConcatenationOptions")
+    c.add("concat", [c.names[i] for i in c.ins()], axis=o.Axis(), activation=c.act(o.FusedActivationFunction()))
+
+
+def _reshape(c: _Ctx):
+    c.add("reshape", [c.names[c.ins()[0]]], shape=list(c.shape(c.outs()[0])))
+
+
+def _mean(c: _Ctx):
+    o = c.options("ReducerOptions")
+    ins = c.ins()
+    axes = c.need_const(ins[1], "mean axes").reshape(-1)
+    c.add("mean", [c.names[ins[0]]], axes=[int(a) for a in axes], keepdims=bool(o.KeepDims()))
+
+
+def _pad(c: _Ctx):
+    ins = c.ins()
+    pads = c.need_const(ins[1], "paddings")
+    value = 0.0
+    if len(ins) > 2:
+        value = float(c.need_const(ins[2], "pad value").reshape(-1)[0])
+    c.add("pad", [c.names[ins[0]]], pads=[[int(a), int(b)] for a, b in pads], value=value)
+
+
+def _softmax(c: _Ctx):
+    c.add("softmax", [c.names[c.ins()[0]]], beta=float(c.options("SoftmaxOptions").Beta()))
+
+
+def _unary(kind: str):
+    return lambda c: c.add(kind, [c.names[c.ins()[0]]])
+
+
+def _slice(c: _Ctx):
+    ins = c.ins()
+    begin = c.need_const(ins[1], "slice begin").reshape(-1)
+    size = c.need_const(ins[2], "slice size").reshape(-1)
+    c.add("slice", [c.names[ins[0]]], begin=[int(v) for v in begin], size=[int(v) for v in size])
+
+
+def _strided_slice(c: _Ctx):
+    o = c.options("StridedSliceOptions")
+    ins = c.ins()
+    begin = c.need_const(ins[1], "strided_slice begin").reshape(-1)
+    end = c.need_const(ins[2], "strided_slice end").reshape(-1)
+    strides = c.need_const(ins[3], "strided_slice strides").reshape(-1)
+    shape = c.shape(ins[0])
+    if (strides != 1).any() or o.EllipsisMask() or o.NewAxisMask() or o.ShrinkAxisMask():
+        raise ConversionError(f"{c.source}: STRIDED_SLICE is supported only with unit strides and no masks "
+                              "other than begin/end")
+    b, s = [], []
+    for ax, d in enumerate(shape):
+        lo = 0 if o.BeginMask() >> ax & 1 else int(begin[ax]) % (d + 1) if begin[ax] < 0 else int(begin[ax])
+        hi = d if o.EndMask() >> ax & 1 else (int(end[ax]) + d if end[ax] < 0 else min(int(end[ax]), d))
+        b.append(lo)
+        s.append(hi - lo)
+    c.add("slice", [c.names[ins[0]]], begin=b, size=s)
+
+
+def _lstm(c: _Ctx):
+    o = c.options("UnidirectionalSequenceLSTMOptions")
+    ins = c.ins() + [-1] * 24
+    if any(ins[i] >= 0 for i in (9, 10, 11, 16, 17, 20, 21, 22, 23)):
+        raise ConversionError(f"{c.source}: LSTM with peepholes, projection or layer norm is not supported")
+    if o.FusedActivationFunction() != 4 or o.CellClip() or o.ProjClip():  # 4 = TANH
+        raise ConversionError(f"{c.source}: only the standard tanh LSTM without clipping is supported")
+    if ins[1] < 0:
+        raise ConversionError(f"{c.source}: coupled input-forget (CIFG) LSTM is not supported")
+    wx = np.concatenate([c.need_const(ins[i], "LSTM weights") for i in (1, 2, 3, 4)], axis=0)  # (4H, I)
+    wh = np.concatenate([c.need_const(ins[i], "LSTM weights") for i in (5, 6, 7, 8)], axis=0)  # (4H, H)
+    b = np.concatenate([c.need_const(ins[i], "LSTM bias") for i in (12, 13, 14, 15)])
+    x = c.names[ins[0]]
+    if o.TimeMajor():
+        raise ConversionError(f"{c.source}: time-major LSTM is not supported")
+    out_shape = c.shape(c.outs()[0])
+    base = c.names[c.outs()[0]]
+    c.add("lstm", [x, c.new_const(base + "/w", wx.T), c.new_const(base + "/r", wh.T), c.new_const(base + "/b", b)],
+          return_sequences=len(out_shape) == 3)
+
+
+TRANSLATORS = {
+    "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _depthwise, "FULLY_CONNECTED": _fully_connected,
+    "MAX_POOL_2D": _pool("max_pool2d"), "AVERAGE_POOL_2D": _pool("avg_pool2d"),
+    "ADD": _binary("add", "AddOptions"), "MUL": _binary("mul", "MulOptions"),
+    "ADD_N": lambda c: c.add("add_n", [c.names[i] for i in c.ins()]), "CONCATENATION": _concat,
+    "RESHAPE": _reshape, "SQUEEZE": _reshape, "MEAN": _mean, "PAD": _pad, "PADV2": _pad, "SOFTMAX": _softmax,
+    "RELU": _unary("relu"), "RELU6": _unary("relu6"), "SLICE": _slice, "STRIDED_SLICE": _strided_slice,
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm,
+}
+
+
+def from_tflite(source: str | os.PathLike | bytes) -> Graph:
+    """Convert a float32 ``.tflite`` model (path or bytes) into an engine graph."""
+    name = "<bytes>"
+    if not isinstance(source, (bytes, bytearray)):
+        name = str(source)
+        try:
+            source = Path(source).read_bytes()
+        except OSError as exc:
+            raise CorruptModelError(f"{name}: cannot read ({exc.strerror})") from None
+    s = _schema()
+    buf = bytes(source)
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise CorruptModelError(f"{name}: not a TFLite flatbuffer (no 'TFL3' identifier)")
+    try:
+        model = s.Model.GetRootAs(buf, 0)
+        if model.SubgraphsLength() < 1:
+            raise CorruptModelError(f"{name}: the model has no subgraph")
+        if model.SubgraphsLength() > 1:
+            raise ConversionError(f"{name}: models with {model.SubgraphsLength()} subgraphs (control flow) "
+                                  "are not supported")
+        return _convert(model, model.Subgraphs(0), buf, name)
+    except (ConversionError, CorruptModelError):
+        raise
+    except Exception as exc:  # flatbuffers raises struct/index errors on malformed data
+        raise CorruptModelError(f"{name}: malformed TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
+
+
+def _builtin_names() -> dict[int, str]:
+    s = _schema()
+    return {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
+
+
+def _convert(model, sub, buf: bytes, source: str) -> Graph:
+    g = Graph()
+    names: list[str] = []
+    for i in range(sub.TensorsLength()):
+        t = sub.Tensors(i)
+        raw = (t.Name() or b"").decode("utf-8", "replace") or f"tensor{i}"
+        name = raw if raw not in g.tensors else f"{raw}#{i}"
+        dtype = _DTYPES.get(t.Type())
+        q = t.Quantization()
+        if dtype is None or (q is not None and q.ScaleLength() > 0):
+            raise ConversionError(f"{source}: tensor {raw!r} is quantized or of unsupported type {t.Type()}; "
+                                  "only float models convert")
+        shape = tuple(int(v) for v in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        data = None
+        b = model.Buffers(t.Buffer())
+        if b is not None and b.DataLength() > 0:
+            data = np.frombuffer(b.DataAsNumpy().tobytes(), dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
+        elif b is not None and b.Offset() > 1:
+            data = np.frombuffer(buf, dtype=np.dtype(dtype).newbyteorder("<"), count=int(np.prod(shape)),
+                                 offset=b.Offset()).reshape(shape)
+        if data is not None:
+            g.add_constant(name, data.astype(dtype))
+        else:
+            g.add_tensor(name, shape, dtype)
+        names.append(name)
+    g.inputs = [names[int(i)] for i in sub.InputsAsNumpy()]
+    g.outputs = [names[int(i)] for i in sub.OutputsAsNumpy()]
+    builtin = _builtin_names()
+    ctx = _Ctx(model, sub, g, names, source)
+    for k in range(sub.OperatorsLength()):
+        op = sub.Operators(k)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        opname = builtin.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
+        tr = TRANSLATORS.get(opname)
+        if tr is None:
+            raise ConversionError(f"{source}: TFLite op {opname} is not supported; supported: "
+                                  f"{', '.join(sorted(TRANSLATORS))}")
+        ctx.op = op
+        tr(ctx)
+    # variable tensors (LSTM states) and unused constants are dropped
+    from leti.engine.passes import remove_dead
+
+    g, _ = remove_dead(g)
+    g.metadata = {"producer": "leti.engine.convert.from_tflite", "source": os.path.basename(source)}
+    g.validate()
+    return g

@@ -1,0 +1,132 @@
+"""Liveness-based planning of activation memory in one arena (MNN's simulated run, TFLite's
+greedy-by-size placement).
+
+The planner sees the execution order as a list of :class:`Step` s. A tensor is *live* from the step
+that writes it (graph inputs: from step 0) to the last step that reads it; graph outputs and graph
+inputs stay live to the end (a later run without new feeds reuses the inputs).
+Tensors that share storage form one *buffer*:
+
+* ``aliases`` — an output that is a view of an input (reshape) always shares its buffer;
+* ``inplace`` — an element-wise output may take over an input's buffer, granted only when this
+  step is the last reader of every tensor already in that buffer ("no other reader") and the
+  buffer does not hold a graph input (inputs survive a run, so the next run may reuse them).
+
+Buffers with overlapping lifetimes get disjoint byte ranges; placement goes from the largest buffer
+down, each at the lowest 64-byte-aligned offset that fits between the already-placed buffers it
+overlaps in time. Per-step scratch (im2col columns, Winograd tiles) is a buffer live for one step.
+
+:class:`MemoryPlan` reports the arena size against the naive sum of all tensors (one buffer each, no
+reuse) and against the lower bound: the largest total of buffers live at the same step, which no
+placement of these buffers can beat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALIGN = 64
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass
+class Step:
+    name: str
+    reads: list[str]
+    writes: list[str]
+    scratch: list[int] = field(default_factory=list)  # bytes of each scratch buffer
+    aliases: dict[str, str] = field(default_factory=dict)  # output -> input it is a view of
+    inplace: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> candidate inputs
+
+
+@dataclass
+class MemoryPlan:
+    offsets: dict[str, int]  # tensor -> byte offset in the arena
+    scratch_offsets: dict[tuple[str, int], int]  # (step name, index) -> offset
+    arena_bytes: int
+    naive_bytes: int
+    lower_bound_bytes: int
+    inplace: dict[str, str]  # output -> input whose buffer it took over
+    num_buffers: int
+
+    def summary(self) -> str:
+        return (f"arena {self.arena_bytes:,} B (naive {self.naive_bytes:,} B, lower bound "
+                f"{self.lower_bound_bytes:,} B; {self.num_buffers} buffers, {len(self.inplace)} in-place)")
+
+
+def plan_memory(steps: list[Step], sizes: dict[str, int], inputs: list[str], outputs: list[str]) -> MemoryPlan:
+    """Assign every non-constant tensor in ``sizes`` an arena offset (see the module docstring)."""
+    end = len(steps)
+    last = {t: 0 for t in inputs}
+    first = {t: 0 for t in inputs}
+    for s, st in enumerate(steps):
+        for t in st.reads:
+            if t in sizes:
+                last[t] = s
+        for t in st.writes:
+            first[t] = s
+            last.setdefault(t, s)
+    for t in list(outputs) + list(inputs):  # inputs stay intact for the next run
+        last[t] = end
+
+    pinned = set(inputs)  # graph inputs keep their values: a run may reuse the last inputs
+    buf_of: dict[str, int] = {}
+    members: list[list[str]] = []
+    granted: dict[str, str] = {}
+
+    def new_buffer(t: str) -> None:
+        buf_of[t] = len(members)
+        members.append([t])
+
+    for t in inputs:
+        new_buffer(t)
+    for s, st in enumerate(steps):
+        for t in st.writes:
+            src = st.aliases.get(t)
+            if src is not None and src in buf_of:
+                buf_of[t] = buf_of[src]
+                members[buf_of[src]].append(t)
+                continue
+            for cand in st.inplace.get(t, ()):
+                b = buf_of.get(cand)
+                if (b is not None and sizes[cand] == sizes[t] and max(last[m] for m in members[b]) == s
+                        and not pinned & set(members[b])):
+                    buf_of[t] = b
+                    members[b].append(t)
+                    granted[t] = cand
+                    break
+            else:
+                new_buffer(t)
+
+    # buffers: (size, start, stop, key)
+    bufs = []
+    for b, ts in enumerate(members):
+        bufs.append((_align(max(sizes[t] for t in ts)), min(first[t] for t in ts), max(last[t] for t in ts), ("t", b)))
+    for s, st in enumerate(steps):
+        for i, nbytes in enumerate(st.scratch):
+            if nbytes:
+                bufs.append((_align(nbytes), s, s, ("s", st.name, i)))
+
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, stop)
+    where: dict = {}
+    for size, start, stop, key in sorted(bufs, key=lambda b: (-b[0], b[1])):
+        busy = sorted((o, sz) for o, sz, a, z in placed if a <= stop and start <= z)
+        off = 0
+        for o, sz in busy:
+            if off + size <= o:
+                break
+            off = max(off, o + sz)
+        placed.append((off, size, start, stop))
+        where[key] = off
+    arena = max((o + sz for o, sz, _, _ in placed), default=0)
+    live_peak = 0
+    for s in range(end + 1):
+        live_peak = max(live_peak, sum(sz for sz, a, z, _ in bufs if a <= s <= z))
+    naive = sum(_align(sizes[t]) for t in buf_of) + sum(_align(n) for st in steps for n in st.scratch if n)
+    return MemoryPlan(
+        offsets={t: where[("t", b)] for t, b in buf_of.items()},
+        scratch_offsets={k[1:]: v for k, v in where.items() if k[0] == "s"},
+        arena_bytes=arena, naive_bytes=naive, lower_bound_bytes=live_peak, inplace=granted,
+        num_buffers=len(members))

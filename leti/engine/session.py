@@ -1,0 +1,246 @@
+"""Session: MNN's split of pre-inference and execution.
+
+``Session(model).resize()`` runs once: graph passes, shape inference, a scheme per op, a backend per
+op (the first in the list whose ``create_execution`` accepts it), copies where a tensor crosses
+memory domains, the memory plan, and binding of every execution to views of one arena per domain.
+``Session.run()`` then only copies the inputs in, calls the bound executions and copies the outputs
+out.
+
+    >>> s = Session("model.leti", threads=1).resize()
+    >>> y = s.run({"input": x})["dense"]
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from leti.engine import format as fmt
+from leti.engine import ops, passes
+from leti.engine.backends.base import Backend, Execution, OpContext, Scheme, get_backend
+from leti.engine.graph import Graph, Node
+from leti.engine.memory import MemoryPlan, Step, plan_memory
+from leti.engine.schedule import ScheduleOptions, choose_scheme
+from leti.errors import ConversionError
+
+
+@dataclass
+class BoundStep:
+    """One executable step: a node (or a cross-domain copy) bound to its buffers."""
+
+    name: str
+    op: str
+    backend: Backend
+    scheme: Scheme
+    execution: Execution | None
+    inputs: list[str]
+    outputs: list[str]
+    in_views: list[np.ndarray] = field(default_factory=list)
+    out_views: list[np.ndarray] = field(default_factory=list)
+    scratch_views: list[np.ndarray] = field(default_factory=list)
+    copy_from: Backend | None = None
+
+    def __call__(self) -> None:
+        if self.copy_from is not None:
+            self.backend.copy_in(self.in_views[0], self.copy_from, self.out_views[0])
+        elif not self.execution.alias:
+            self.execution.run(self.in_views, self.out_views, self.scratch_views)
+
+
+class Session:
+    """Prepare a model once, run it many times. ``model`` is a :class:`Graph` or a ``.leti`` path.
+
+    ``backends`` are tried in order for every op; ``threads`` goes to each backend; ``optimize``
+    runs :func:`leti.engine.passes.optimize`; other keyword arguments are
+    :class:`ScheduleOptions` (``winograd_max_tile``, ``strassen_min_dim``, ``conv_scheme``).
+    """
+
+    def __init__(self, model: Graph | str | os.PathLike, backends=("cpu", "reference"), threads: int | None = None,
+                 optimize: bool = True, **schedule_options):
+        graph = model if isinstance(model, Graph) else fmt.load(model)
+        for n in graph.nodes:
+            ops.get(n.op)  # unsupported ops fail here, listing the known ones
+        self.source = graph
+        self.pass_report: dict[str, int] = {}
+        if optimize:
+            graph, self.pass_report = passes.optimize(graph)
+        self.graph = graph
+        self.options = ScheduleOptions(**schedule_options)
+        self.backends = [get_backend(b, threads=threads) for b in backends]
+        if not self.backends:
+            raise ConversionError("a session needs at least one backend")
+        self.steps: list[BoundStep] = []
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.memory: dict[str, MemoryPlan] = {}
+        self._views: dict[str, np.ndarray] = {}
+        self._resized = False
+
+    # ---- pre-inference -----------------------------------------------------------------
+    def resize(self, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Session:
+        g = self.graph
+        if input_shapes:
+            for name in input_shapes:
+                if name not in g.inputs:
+                    raise ConversionError(f"unknown input {name!r}; inputs: {', '.join(g.inputs)}")
+        self.shapes = shapes = ops.infer_shapes(g, input_shapes)
+        dtype = {t: g.tensors[t].dtype for t in g.tensors}
+        domain = {t: "host" for t in g.inputs}
+        owner: dict[str, Backend] = {}
+        steps: list[BoundStep] = []
+        copies: dict[tuple[str, str], str] = {}
+        for node in g.nodes:
+            in_shapes = [shapes[t] for t in node.inputs]
+            consts = {i: g.constants[t] for i, t in enumerate(node.inputs) if t in g.constants}
+            ctx = OpContext(node, in_shapes, [shapes[t] for t in node.outputs], consts,
+                            choose_scheme(node, in_shapes, self.options), [dtype[t] for t in node.inputs])
+            backend, ex = self._create(ctx)
+            inputs = []
+            for t in node.inputs:
+                if t in g.constants or domain[t] == backend.memory_domain:
+                    inputs.append(t)
+                    continue
+                key = (t, backend.memory_domain)
+                if key not in copies:  # tensor crosses memory domains: a copy step
+                    copies[key] = c = f"{t}@{backend.memory_domain}"
+                    shapes[c], dtype[c], domain[c] = shapes[t], dtype[t], backend.memory_domain
+                    steps.append(BoundStep(f"copy:{c}", "copy", backend, Scheme("copy"), None, [t], [c],
+                                           copy_from=owner.get(t, self.backends[0])))
+                inputs.append(copies[key])
+            for t in node.outputs:
+                domain[t], owner[t] = backend.memory_domain, backend
+            steps.append(BoundStep(node.name, node.op, backend, ctx.scheme, ex, inputs, list(node.outputs)))
+        self._bind(steps, shapes, dtype, domain)
+        self.steps = steps
+        self._resized = True
+        return self
+
+    def _create(self, ctx: OpContext) -> tuple[Backend, Execution]:
+        for b in self.backends:
+            ex = b.create_execution(ctx)
+            if ex is not None:
+                return b, ex
+        raise ConversionError(f"no backend can run node {ctx.node.name!r} ({ctx.node.op}, scheme {ctx.scheme}); "
+                              f"tried {', '.join(b.name for b in self.backends)}")
+
+    def _bind(self, steps: list[BoundStep], shapes, dtype, domain) -> None:
+        g = self.graph
+        cand = passes.inplace_candidates(g)
+        nbytes = {t: int(np.prod(shapes[t], dtype=np.int64)) * np.dtype(dtype[t]).itemsize
+                  for t in shapes if t not in g.constants}
+        self.memory, self._views = {}, {}
+        for dom in sorted(set(domain.values())):
+            plan_steps = []
+            for st in steps:
+                mine = st.backend.memory_domain == dom
+                ex = st.execution
+                aliases = {st.outputs[0]: st.inputs[0]} if mine and ex is not None and ex.alias else {}
+                inplace = {}
+                if mine and st.name in cand and ex is not None and not ex.alias:
+                    inplace = {st.outputs[0]: tuple(st.inputs[i] for i in cand[st.name])}
+                plan_steps.append(Step(st.name, [t for t in st.inputs if domain.get(t) == dom],
+                                       [t for t in st.outputs if domain[t] == dom],
+                                       list(ex.scratch) if mine and ex is not None else [], aliases, inplace))
+            sizes = {t: n for t, n in nbytes.items() if domain[t] == dom}
+            plan = plan_memory(plan_steps, sizes, [t for t in g.inputs if domain[t] == dom],
+                               [t for t in g.outputs if domain[t] == dom])
+            self.memory[dom] = plan
+            backend = next(b for b in self.backends if b.memory_domain == dom)
+            arena = backend.acquire(max(plan.arena_bytes, 64))
+            for t, off in plan.offsets.items():
+                self._views[t] = backend.view(arena, off, shapes[t], dtype[t])
+            for st in steps:
+                if st.backend.memory_domain == dom and st.execution is not None:
+                    st.scratch_views = [arena[plan.scratch_offsets[(st.name, i)]:
+                                              plan.scratch_offsets[(st.name, i)] + n]
+                                        for i, n in enumerate(st.execution.scratch) if n]
+        for st in steps:
+            st.in_views = [g.constants[t] if t in g.constants else self._views[t] for t in st.inputs]
+            st.out_views = [self._views[t] for t in st.outputs]
+
+    # ---- execution -----------------------------------------------------------------------
+    def _feed(self, feeds) -> None:
+        g = self.graph
+        if not isinstance(feeds, dict):
+            if len(g.inputs) != 1:
+                raise ConversionError(f"the model has {len(g.inputs)} inputs: pass a dict")
+            feeds = {g.inputs[0]: feeds}
+        for name in g.inputs:
+            if name not in feeds:
+                raise ConversionError(f"missing input {name!r}")
+            x = np.asarray(feeds[name])
+            view = self._views[name]
+            if x.shape != view.shape:
+                raise ConversionError(f"input {name!r} has shape {list(x.shape)}, the session is resized for "
+                                      f"{list(view.shape)} (call resize() with the new shape)")
+            np.copyto(view, x, casting="same_kind")
+
+    def run(self, feeds=None, copy: bool = True) -> dict[str, np.ndarray]:
+        """Execute once. ``feeds``: dict name → array (or one array for a single-input model).
+        Returns the outputs (copies unless ``copy=False``, then views valid until the next run)."""
+        if not self._resized:
+            self.resize()
+        if feeds is not None:
+            self._feed(feeds)
+        for b in self.backends:
+            b.begin_run()
+        try:
+            for st in self.steps:
+                st()
+        finally:
+            for b in self.backends:
+                b.end_run()
+        return self._outputs(copy)
+
+    def _outputs(self, copy: bool) -> dict[str, np.ndarray]:
+        out = {}
+        for t in self.graph.outputs:
+            v = self._views[t] if t in self._views else self.graph.constants[t]
+            out[t] = np.array(v) if copy else v
+        return out
+
+    def profile(self, feeds=None, runs: int = 10) -> list[dict]:
+        """Per-step median time (ms) over ``runs``, with backend, scheme and output bytes."""
+        if not self._resized:
+            self.resize()
+        if feeds is not None:
+            self._feed(feeds)
+        times = np.zeros((runs, len(self.steps)))
+        for b in self.backends:
+            b.begin_run()
+        try:
+            for r in range(runs):
+                for i, st in enumerate(self.steps):
+                    t0 = time.perf_counter()
+                    st()
+                    times[r, i] = time.perf_counter() - t0
+        finally:
+            for b in self.backends:
+                b.end_run()
+        med = np.median(times, axis=0) * 1e3
+        rows = []
+        for st, ms in zip(self.steps, med):
+            rows.append({"name": st.name, "op": st.op, "backend": st.backend.name, "scheme": str(st.scheme),
+                         "ms": float(ms), "out_shape": [list(self.shapes[t]) for t in st.outputs],
+                         "out_bytes": int(sum(v.nbytes for v in st.out_views)),
+                         "scratch_bytes": int(sum(v.nbytes for v in st.scratch_views))})
+        return rows
+
+    def describe(self) -> dict:
+        """Passes applied, op and scheme histograms, memory plans (for ``leti engine info``)."""
+        if not self._resized:
+            self.resize()
+        schemes: dict[str, int] = {}
+        for st in self.steps:
+            key = f"{st.op}:{st.scheme}"
+            schemes[key] = schemes.get(key, 0) + 1
+        return {"passes": self.pass_report, "ops": self.graph.op_histogram(), "schemes": schemes,
+                "backends": sorted({st.backend.name for st in self.steps}),
+                "memory": {d: {"arena_bytes": p.arena_bytes, "naive_bytes": p.naive_bytes,
+                               "lower_bound_bytes": p.lower_bound_bytes, "inplace": len(p.inplace)}
+                           for d, p in self.memory.items()},
+                "inputs": {t: list(self.shapes[t]) for t in self.graph.inputs},
+                "outputs": {t: list(self.shapes[t]) for t in self.graph.outputs},
+                "params": self.graph.num_params()}

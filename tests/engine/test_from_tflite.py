@@ -1,0 +1,105 @@
+"""TFLite models converted from Keras run on the engine with the interpreter's outputs (1e-4)."""
+
+import numpy as np
+import pytest
+
+from leti.engine import format as fmt
+from leti.engine.convert.from_tflite import from_tflite
+from leti.engine.session import Session
+from leti.errors import ConversionError, CorruptModelError
+from tests.engine.conftest import rel_err
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+from ai_edge_litert.interpreter import Interpreter  # noqa: E402
+
+
+def _convert(model) -> bytes:
+    data = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    keras.backend.clear_session()
+    return data
+
+
+def _tflite_run(data: bytes, x: np.ndarray) -> np.ndarray:
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def _randomize_bn(model, rng):
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.set_weights([(rng.random(w.shape) + 0.5).astype(np.float32) for w in layer.get_weights()])
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    """Two small Keras models covering every op the TFLite translator supports from Keras."""
+    rng = np.random.default_rng(0)
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12, 12, 3), batch_size=1)
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    y = keras.layers.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2)(x)
+    y = keras.layers.BatchNormalization()(y)
+    y = keras.layers.ReLU(6.0)(y)
+    z = keras.layers.Conv2D(16, 1)(y)
+    a = keras.layers.Add()([y, z])
+    m = keras.layers.MaxPooling2D(3, 1, padding="same")(a)
+    v = keras.layers.AveragePooling2D(2, 2, padding="same")(a)
+    c = keras.layers.Concatenate()([keras.layers.AveragePooling2D(2, 2, padding="same")(m), v])
+    c = keras.layers.ZeroPadding2D(((1, 0), (0, 1)))(c)
+    c = keras.layers.Conv2D(4, 3, strides=2, dilation_rate=1)(c)
+    g = keras.layers.GlobalAveragePooling2D()(c)
+    f = keras.layers.Dense(5)(g)
+    f = keras.layers.Softmax()(f)
+    m1 = keras.Model(inp, f)
+    _randomize_bn(m1, rng)
+
+    inp = keras.Input((10, 10, 4), batch_size=1)  # residual block with BN, dilation, 5x5, multiply, add of 3
+    b = keras.layers.Conv2D(6, 5, padding="same", use_bias=False)(inp)
+    b = keras.layers.BatchNormalization()(b)
+    b = keras.layers.Activation("relu")(b)
+    d = keras.layers.Conv2D(6, 3, padding="same", dilation_rate=2)(b)
+    s = keras.layers.Conv2D(6, 1, strides=1)(inp)
+    r = keras.layers.Add()([b, d, s])
+    r = keras.layers.Multiply()([r, d])
+    r = keras.layers.Conv2D(7, 3, strides=2, padding="valid", activation="relu6")(r)
+    r = keras.layers.Reshape((-1,))(r)
+    r = keras.layers.Dense(3, activation="relu")(r)
+    m2 = keras.Model(inp, r)
+    _randomize_bn(m2, rng)
+    return {"convnet": (_convert(m1), (1, 12, 12, 3)), "resblock": (_convert(m2), (1, 10, 10, 4))}
+
+
+@pytest.mark.parametrize("name", ["convnet", "resblock"])
+def test_engine_matches_tflite(zoo, tmp_path, name):
+    data, shape = zoo[name]
+    g = from_tflite(data)
+    path = fmt.save(g, tmp_path / f"{name}.leti")  # through the file format too
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    ref = _tflite_run(data, x)
+    for backends in (("cpu",), ("reference",)):
+        out = Session(path, backends=backends).run(x)
+        (y,) = out.values()
+        assert y.shape == ref.shape
+        assert rel_err(y, ref) < 1e-4, backends
+
+
+def test_bad_tflite_inputs(zoo, tmp_path):
+    with pytest.raises(CorruptModelError, match="not a TFLite flatbuffer"):
+        from_tflite(b"\x00" * 64)
+    with pytest.raises(CorruptModelError, match="cannot read"):
+        from_tflite(tmp_path / "missing.tflite")
+    data, _ = zoo["convnet"]
+    with pytest.raises(CorruptModelError, match="malformed|not a TFLite"):
+        from_tflite(data[:200])
+
+
+def test_unsupported_op_is_named(zoo):
+    inp = keras.Input((4,), batch_size=1)
+    out = keras.layers.Activation("sigmoid")(keras.layers.Dense(3)(inp))
+    data = _convert(keras.Model(inp, out))
+    with pytest.raises(ConversionError, match="TFLite op LOGISTIC is not supported; supported: ADD"):
+        from_tflite(data)

@@ -1,0 +1,74 @@
+import numpy as np
+
+from leti.engine import passes
+from leti.engine.convert.from_cell import from_cell
+from leti.engine.graph import Graph
+from leti.engine.reference import run_reference
+from tests.engine.conftest import RICH, rel_err
+
+
+def _chain_graph(rng):
+    g = Graph()
+    g.add_tensor("x", (1, 5, 5, 3))
+    g.inputs = ["x"]
+    w = g.add_constant("w", rng.standard_normal((3, 3, 3, 4)).astype(np.float32))
+    g.add_tensor("c", (1, 5, 5, 4))
+    g.add_node("conv2d", ["x", w], ["c"], padding="same")
+    bn = [g.add_constant(f"bn{i}", (rng.random(4) + 0.5).astype(np.float32)) for i in range(4)]
+    g.add_tensor("b", (1, 5, 5, 4))
+    g.add_node("batch_norm", ["c", *bn], ["b"], epsilon=1e-3)
+    g.add_tensor("r", (1, 5, 5, 4))
+    g.add_node("relu", ["b"], ["r"])
+    for name, ins in (("s1", ["r", "r"]), ("s2", ["s1", "r"]), ("s3", ["s2", "r"])):
+        g.add_tensor(name, (1, 5, 5, 4))
+        g.add_node("add", ins, [name])
+    # dead branch and a constant sub-expression
+    g.add_tensor("dead", (1, 5, 5, 4))
+    g.add_node("relu6", ["r"], ["dead"])
+    k1 = g.add_constant("k1", np.full(4, 2.0, np.float32))
+    k2 = g.add_constant("k2", np.full(4, 3.0, np.float32))
+    g.add_tensor("k", (4,))
+    g.add_node("mul", [k1, k2], ["k"])
+    g.add_tensor("y", (1, 5, 5, 4))
+    g.add_node("mul", ["s3", "k"], ["y"])
+    g.outputs = ["y"]
+    return g
+
+
+def test_pipeline_rewrites_and_preserves_results(rng):
+    g = _chain_graph(rng)
+    x = rng.standard_normal((1, 5, 5, 3)).astype(np.float32)
+    before = run_reference(g, {"x": x})["y"]
+    opt, report = passes.optimize(g)
+    assert report == {"fold_constants": 1, "fold_batch_norm": 1, "fuse_activations": 1, "merge_adds": 2,
+                      "remove_dead": 1}
+    assert [n.op for n in opt.nodes] == ["conv2d", "add_n", "mul"]
+    conv = opt.nodes[0]
+    assert conv.attrs["activation"] == "relu" and len(conv.inputs) == 3  # folded bias
+    assert opt.nodes[1].inputs == ["r"] * 4
+    assert "dead" not in opt.tensors and "k1" not in opt.constants
+    assert rel_err(run_reference(opt, {"x": x})["y"], before) < 1e-5
+    assert len(g.nodes) == 9  # the input graph is untouched
+
+
+def test_no_fusion_when_the_intermediate_has_another_reader(rng):
+    g = _chain_graph(rng)
+    g.outputs = ["y", "c"]  # conv output is now observable: BN cannot be folded into it
+    opt, report = passes.optimize(g)
+    assert report["fold_batch_norm"] == 0
+    assert "c" in opt.tensors
+
+
+def test_nb101_cell_folds_every_bn():
+    g = from_cell(RICH, input_shape=(8, 8, 16))
+    opt, report = passes.optimize(g)
+    assert report["fold_batch_norm"] == report["fuse_activations"] == g.op_histogram()["conv2d"]
+    assert "batch_norm" not in opt.op_histogram() and "relu" not in opt.op_histogram()
+
+
+def test_inplace_candidates(rng):
+    g = _chain_graph(rng)
+    opt, _ = passes.optimize(g)
+    cand = passes.inplace_candidates(opt)
+    assert cand["s3"] == (0,)  # add_n may reuse its first input
+    assert "r" not in cand  # conv is not element-wise
