@@ -4,4 +4,9 @@ Packages: :mod:`leti.generate` (search spaces, costs, models), :mod:`leti.device
 :mod:`leti.predict` (latency predictors) and :mod:`leti.engine` (LETI's inference engine).
 """
 
+import os as _os
+
+# TensorFlow's C++ info logs (oneDNN notices, converter chatter) drown the CLI's own output.
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 __version__ = "0.1.0"

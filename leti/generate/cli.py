@@ -34,7 +34,7 @@ def generate(
     edges: Optional[str] = typer.Option(None, help="Keep cells with these edge counts, e.g. '8,9'."),
     require_op: list[str] = typer.Option([], help="Keep cells that use this op (repeatable)."),
     exclude_op: list[str] = typer.Option([], help="Drop cells that use this op (repeatable)."),
-    formats: str = typer.Option("", "--format", help="Model files to write: comma list of keras, tflite (empty: table only)."),
+    formats: str = typer.Option("", "--format", help="Model files to write: comma list of keras, tflite, leti (empty: table only)."),
     jobs: int = typer.Option(1, help="Worker processes."),
 ) -> None:
     """Write the cell table (hash, matrix, ops, vertices, edges, FLOPs, params, peak memory) and models.
@@ -58,6 +58,13 @@ def generate(
     else:
         c = channels or 64
         spec = model_spec("cell", input_shape=(input_size, input_size, c), channels=c)
+    wanted = [f.strip() for f in formats.split(",") if f.strip()]
+    if wanted:
+        from leti.generate.export import FORMATS
+
+        unknown = [f for f in wanted if f not in FORMATS]
+        if unknown:
+            raise typer.BadParameter(f"unknown format {unknown[0]!r}; known: {', '.join(FORMATS)}")
     chosen = enumerate_space()
     if vertices or edges or require_op or exclude_op:
         chosen = chosen.filter(
@@ -75,7 +82,6 @@ def generate(
         df = cell_table(cells, spec, hashes=hashes, jobs=jobs, progress=lambda n: bar.advance(task, n))
     path = write_table(df, Path(out) / "cells.parquet", spec)
     typer.echo(f"wrote {len(df)} cells to {path}")
-    wanted = [f.strip() for f in formats.split(",") if f.strip()]
     if wanted:
         from leti.generate.export import export_models
 
@@ -85,7 +91,7 @@ def generate(
                                     input_shape=tuple(spec.get("input_shape", (input_size, input_size, 3))),
                                     channels=spec.get("channels"),
                                     config=NetworkConfig(**spec["config"]) if network else NetworkConfig(),
-                                    jobs=jobs, progress=lambda n=1: bar.advance(task, n))
+                                    jobs=jobs, progress=lambda done, total: bar.update(task, completed=done))
         typer.echo(f"wrote {len(records)} models ({', '.join(wanted)}) under {out}")
 
 

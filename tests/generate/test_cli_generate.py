@@ -79,3 +79,25 @@ def test_table_is_plain_parquet(tmp_path):
     assert t.column_names[:3] == ["hash", "matrix", "ops"]
     m = t.column("matrix").to_pylist()[0]
     assert Cell(m, t.column("ops").to_pylist()[0]).hash == t.column("hash").to_pylist()[0]
+
+
+def test_generate_models_and_resume(tmp_path):
+    args = ["generate", "--sample", "2", "--seed", "5", "--input-size", "8", "--channels", "8",
+            "--format", "tflite,leti", "--out", str(tmp_path)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    df, _ = read_table(tmp_path / "cells.parquet")
+    files = {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("*/*")}
+    assert sorted(files) == sorted([f"{h}.tflite" for h in df.hash] + [f"{h}.leti" for h in df.hash])
+    from leti.engine.format import load
+    from leti.generate.tflite import op_histogram
+
+    assert op_histogram((tmp_path / "tflite" / f"{df.hash[0]}.tflite").read_bytes())
+    load(tmp_path / "leti" / f"{df.hash[0]}.leti")
+    # resume: nothing is rewritten
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("*/*")} == files
+    bad = runner.invoke(app, ["generate", "--sample", "1", "--format", "onnx", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "unknown format 'onnx'" in bad.output
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,300 @@
+"""Write model files for many cells: ``<out_dir>/<format>/<hash>.<ext>``, resumable and parallel.
+
+* **Formats** are a registry (:data:`FORMATS`, :func:`register_format`): a name, a file extension
+  and a writer ``writer(artifacts, path)`` that writes one file. :class:`Artifacts` builds what a
+  writer asks for lazily (the layer graph, the Keras model, the ``.tflite`` bytes), so a writer that
+  needs no TensorFlow (the engine's future ``"leti"`` format, made from the cell) never triggers it.
+  Writers must be importable module-level functions: they travel by reference to worker processes.
+* **Resume**: a file that exists is finished (files appear only by an atomic rename of a temporary
+  ``<hash>.partial-<pid>.<ext>`` written beside it), so a killed run leaves no half file and a
+  rerun skips the finished work. Stale partial files are removed at the start of a run. Do not run
+  two exports into the same directory at once.
+* **Memory**: with ``jobs > 1``, or more than ``recycle_every`` models to make, the work runs in
+  worker processes, each replaced after ``recycle_every`` cells, since TensorFlow's memory grows
+  with every converted model (~0.6 MiB per 32×32×64 cell measured). Workers are forked from a
+  ``forkserver`` that has imported Keras/TensorFlow but run nothing, so a recycled worker starts in
+  a fraction of a second instead of re-importing TensorFlow (~10 s). As with any non-fork start
+  method, the calling script needs an ``if __name__ == "__main__":`` guard. Small ``jobs=1`` runs
+  stay in-process. The parent keeps at most ``2*jobs`` cells in flight.
+* **Default model**: ``gpu_compatible=True`` — the LETI rewrites of :mod:`keras_builder`
+  (two-input adds, truncation as a channel split), which compute the same function with the same
+  parameters and FLOPs as the faithful NB101 model and delegate fully to the TFLite GPU delegate.
+
+Files are named by cell hash only: use one ``out_dir`` per (kind, input shape, channels, config).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from leti.errors import ConversionError, LetiError
+from leti.generate.cell import Cell
+from leti.generate.network import LayerGraph, NetworkConfig, Shape, cell_graph, network_graph
+
+KINDS = ("cell", "network")
+#: Models with more weights than this are garbage-collected right after export (see tflite.release).
+LARGE_MODEL_PARAMS = 1_000_000
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What model to make of a cell (everything but the cell)."""
+
+    kind: str = "cell"
+    input_shape: Shape = (32, 32, 64)
+    channels: int | None = None
+    config: NetworkConfig = NetworkConfig()
+    gpu_compatible: bool = True
+
+    def graph(self, cell: Cell) -> LayerGraph:
+        if self.kind == "cell":
+            shape = tuple(self.input_shape)
+            return cell_graph(cell, shape, shape[2] if self.channels is None else self.channels)
+        return network_graph(cell, self.config)
+
+
+class Artifacts:
+    """Lazily built representations of one cell's model, shared by the writers of one cell."""
+
+    def __init__(self, cell: Cell, spec: ModelSpec):
+        self.cell = cell
+        self.spec = spec
+
+    @cached_property
+    def graph(self) -> LayerGraph:
+        return self.spec.graph(self.cell)
+
+    @cached_property
+    def keras_model(self):
+        from leti.generate.keras_builder import build_keras
+
+        return build_keras(self.graph, name=f"{self.spec.kind}_{self.cell.hash}",
+                           gpu_compatible=self.spec.gpu_compatible)
+
+    @cached_property
+    def tflite_bytes(self) -> bytes:
+        from leti.generate.tflite import convert_keras
+
+        return convert_keras(self.keras_model)
+
+    def release(self) -> None:
+        """Free the Keras model; large ones (> 1M weights, e.g. networks) are collected at once."""
+        if "keras_model" in self.__dict__:
+            from leti.generate.tflite import release
+
+            large = self.__dict__.pop("keras_model").count_params() > LARGE_MODEL_PARAMS
+            release(collect=large)
+
+
+Writer = Callable[[Artifacts, Path], None]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    ext: str  # without the dot
+    writer: Writer
+
+
+def write_keras(art: Artifacts, path: Path) -> None:
+    art.keras_model.save(path)
+
+
+def write_tflite(art: Artifacts, path: Path) -> None:
+    path.write_bytes(art.tflite_bytes)
+
+
+def write_leti(art: Artifacts, path: Path) -> None:
+    """LETI's engine format, straight from the cell (no Keras or TensorFlow involved)."""
+    from leti.engine.convert.from_cell import write_leti as write_engine_model
+
+    s = art.spec
+    write_engine_model(art.cell, path, kind=s.kind, input_shape=tuple(s.input_shape), channels=s.channels,
+                       config=s.config)
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register_format(name: str, ext: str, writer: Writer) -> None:
+    """Add (or replace) an output format. ``writer`` must be a module-level function."""
+    FORMATS[name] = Format(name, ext.lstrip("."), writer)
+
+
+register_format("keras", "keras", write_keras)
+register_format("tflite", "tflite", write_tflite)
+register_format("leti", "leti", write_leti)
+
+
+def _formats(names: Sequence[str]) -> list[Format]:
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown:
+        raise ConversionError(f"unknown format {unknown[0]!r}; known: {', '.join(FORMATS)}")
+    if not names:
+        raise ConversionError("no output format given")
+    return [FORMATS[n] for n in dict.fromkeys(names)]
+
+
+def _final_path(out_dir: Path, fmt: Format, cell_hash: str) -> Path:
+    return out_dir / fmt.name / f"{cell_hash}.{fmt.ext}"
+
+
+@dataclass(frozen=True)
+class _Job:
+    cell: dict
+    spec: ModelSpec
+    formats: tuple[Format, ...]
+    out_dir: str
+    errors: str
+
+
+def _tflite_report(path: Path) -> dict:
+    from leti.generate.tflite import gpu_delegability
+
+    rep = gpu_delegability(path)
+    return {"ops": rep.ops, "delegable": rep.delegable, "offending": [vars(o) for o in rep.offending]}
+
+
+def _export_one(job: _Job) -> dict:
+    """Make the missing files of one cell; return its record. Runs in a worker or in-process."""
+    cell = Cell.from_dict(job.cell)
+    out_dir = Path(job.out_dir)
+    record: dict = {"hash": cell.hash, "kind": job.spec.kind, "paths": {}, "skipped": [],
+                    "ops": None, "delegable": None, "offending": None}
+    art = Artifacts(cell, job.spec)
+    try:
+        for fmt in job.formats:
+            final = _final_path(out_dir, fmt, cell.hash)
+            record["paths"][fmt.name] = str(final)
+            if final.exists():
+                record["skipped"].append(fmt.name)
+                continue
+            tmp = final.with_name(f"{cell.hash}.partial-{os.getpid()}.{fmt.ext}")
+            try:
+                fmt.writer(art, tmp)
+                os.replace(tmp, final)
+            finally:
+                tmp.unlink(missing_ok=True)
+        if "tflite" in record["paths"]:
+            record.update(_tflite_report(Path(record["paths"]["tflite"])))
+    except LetiError as exc:
+        if job.errors == "raise":
+            raise
+        record["error"] = str(exc)
+    except Exception as exc:  # a writer failing in an unforeseen way: name the cell, one line
+        msg = f"cell {cell.hash}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if job.errors == "raise":
+            raise ConversionError(msg) from exc
+        record["error"] = msg
+    finally:
+        art.release()
+    return record
+
+
+def _worker_init() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _remove_partials(out_dir: Path, formats: Sequence[Format]) -> None:
+    for fmt in formats:
+        d = out_dir / fmt.name
+        if d.is_dir():
+            for p in d.glob(f"*.partial-*.{fmt.ext}"):
+                p.unlink(missing_ok=True)
+
+
+def export_models(
+    cells: Sequence[Cell],
+    out_dir: str | os.PathLike,
+    kind: str = "cell",
+    formats: Sequence[str] = ("keras", "tflite"),
+    input_shape: Shape = (32, 32, 64),
+    channels: int | None = None,
+    config: NetworkConfig = NetworkConfig(),
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    gpu_compatible: bool = True,
+    recycle_every: int = 100,
+    errors: str = "raise",
+) -> list[dict]:
+    """Write the model files of ``cells`` and return one record per cell, in order.
+
+    A record: ``hash``, ``kind``, ``paths`` (format -> file), ``skipped`` (formats already on disk),
+    ``ops`` (op histogram of the .tflite), ``delegable`` and ``offending`` (GPU delegability under
+    the default profile of :mod:`gpu_rules`; ``None`` without a tflite format), and ``error`` when
+    ``errors="record"`` and the cell failed. With ``errors="raise"`` (default) the first failure
+    raises :class:`ConversionError`; files already written stay and a rerun resumes.
+    ``progress(done, total)`` is called after each unique cell.
+    """
+    if kind not in KINDS:
+        raise ConversionError(f"unknown model kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if errors not in ("raise", "record"):
+        raise ConversionError(f"errors must be 'raise' or 'record', not {errors!r}")
+    if jobs < 1 or recycle_every < 1:
+        raise ConversionError("jobs and recycle_every must be at least 1")
+    fmts = tuple(_formats(list(formats)))
+    spec = ModelSpec(kind, tuple(input_shape), channels, config, gpu_compatible)
+    out = Path(out_dir)
+    for fmt in fmts:
+        (out / fmt.name).mkdir(parents=True, exist_ok=True)
+    _remove_partials(out, fmts)
+
+    unique: dict[str, Cell] = {}
+    for c in cells:
+        unique.setdefault(c.hash, c)
+    total = len(unique)
+    done_records: dict[str, dict] = {}
+    pending: list[_Job] = []
+    for h, c in unique.items():
+        job = _Job(c.to_dict(), spec, fmts, str(out), errors)
+        if all(_final_path(out, f, h).exists() for f in fmts):
+            done_records[h] = _export_one(job)  # all present: cheap, no model is built
+        else:
+            pending.append(job)
+
+    def finished(rec: dict) -> None:
+        done_records[rec["hash"]] = rec
+        if progress is not None:
+            progress(len(done_records), total)
+
+    if progress is not None and done_records:
+        progress(len(done_records), total)
+    if jobs == 1 and len(pending) <= recycle_every:
+        for job in pending:
+            finished(_export_one(job))
+    elif pending:
+        _run_pool(pending, jobs, recycle_every, finished)
+    return [dict(done_records[c.hash]) for c in cells]
+
+
+def _run_pool(pending: list[_Job], jobs: int, recycle_every: int, finished: Callable[[dict], None]) -> None:
+    """Run jobs in recycled worker processes, keeping at most ``2*jobs`` in flight so the parent's
+    memory stays bounded however many cells there are."""
+    ctx = multiprocessing.get_context("forkserver")  # never fork a parent that may have run TF
+    ctx.set_forkserver_preload(["leti.generate.keras_builder", "leti.generate.tflite"])
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init,
+                             max_tasks_per_child=recycle_every) as pool:
+        queue = iter(pending)
+        in_flight = set()
+        try:
+            for job in queue:
+                in_flight.add(pool.submit(_export_one, job))
+                if len(in_flight) >= 2 * jobs:
+                    done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        finished(fut.result())
+            while in_flight:
+                done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    finished(fut.result())
+        except BaseException:
+            for fut in in_flight:
+                fut.cancel()
+            raise
