@@ -33,6 +33,18 @@ from leti.errors import DeviceError
 NAN = float("nan")
 
 
+class DeviceOfflineError(DeviceError):
+    """The device disappeared (transport gone) and did not come back in time."""
+
+
+class DeviceTimeoutError(DeviceError):
+    """A command on the device ran past its time limit and was stopped."""
+
+
+class StorageFullError(DeviceError):
+    """The device has no space left for the model or the benchmark binary."""
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -180,6 +192,10 @@ class Device(ABC):
 
     def close(self) -> None:
         """Free everything the device holds."""
+
+    def wait_online(self, timeout_s: float) -> bool:
+        """After a :class:`DeviceOfflineError`: wait until the device is back; False when it is not."""
+        return False
 
     def __enter__(self):
         return self

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from leti.engine import format as fmt
 from leti.engine import ops, passes
-from leti.engine.backends.base import Backend, Execution, OpContext, Scheme, get_backend
-from leti.engine.graph import Graph, Node
+from leti.engine.backends.base import Backend, Execution, HostBackend, OpContext, Scheme, get_backend
+from leti.engine.graph import Graph
 from leti.engine.memory import MemoryPlan, Step, plan_memory
 from leti.engine.schedule import ScheduleOptions, choose_scheme
 from leti.errors import ConversionError
@@ -42,6 +42,8 @@ class BoundStep:
     out_views: list[np.ndarray] = field(default_factory=list)
     scratch_views: list[np.ndarray] = field(default_factory=list)
     copy_from: Backend | None = None
+    ctx: OpContext | None = None  # the context the execution was created for (cost models read it)
+    io: bool = False  # a copy of a graph input in, or of a graph output back to the host
 
     def __call__(self) -> None:
         if self.copy_from is not None:
@@ -53,13 +55,20 @@ class BoundStep:
 class Session:
     """Prepare a model once, run it many times. ``model`` is a :class:`Graph` or a ``.leti`` path.
 
-    ``backends`` are tried in order for every op; ``threads`` goes to each backend; ``optimize``
-    runs :func:`leti.engine.passes.optimize`; other keyword arguments are
-    :class:`ScheduleOptions` (``winograd_max_tile``, ``strassen_min_dim``, ``conv_scheme``).
+    ``backends`` are tried in order for every op (names, ``"cpu:2"`` for a thread count, or
+    instances); ``threads`` goes to each backend named without one; ``optimize`` runs
+    :func:`leti.engine.passes.optimize`; other keyword arguments are :class:`ScheduleOptions`
+    (``winograd_max_tile``, ``strassen_min_dim``, ``conv_scheme``).
+
+    With a ``cost_model`` (:mod:`leti.engine.cost`) ``resize()`` plans a backend per op that
+    minimises the predicted latency including transfers (:mod:`leti.engine.hybrid`; the plan is
+    ``self.plan``); a backend that declines an op hands it to the next one in the list (MNN's
+    fallback). ``graphs`` lets backends that can (CUDA) capture each run of consecutive steps as
+    one replayable graph in ``resize()``; ``run()`` then replays it.
     """
 
     def __init__(self, model: Graph | str | os.PathLike, backends=("cpu", "reference"), threads: int | None = None,
-                 optimize: bool = True, **schedule_options):
+                 optimize: bool = True, cost_model=None, graphs: bool = True, **schedule_options):
         graph = model if isinstance(model, Graph) else fmt.load(model)
         for n in graph.nodes:
             ops.get(n.op)  # unsupported ops fail here, listing the known ones
@@ -72,58 +81,100 @@ class Session:
         self.backends = [get_backend(b, threads=threads) for b in backends]
         if not self.backends:
             raise ConversionError("a session needs at least one backend")
+        self.host = next((b for b in self.backends if b.memory_domain == "host"), None) or HostBackend()
+        self.cost_model = cost_model
+        self.graphs = graphs
+        self.plan = None
         self.steps: list[BoundStep] = []
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.memory: dict[str, MemoryPlan] = {}
         self._views: dict[str, np.ndarray] = {}
+        self._out_map: dict[str, str] = {}
+        self._program: list = []
+        self._program_noio: list = []
+        self.captured = 0
         self._resized = False
 
     # ---- pre-inference -----------------------------------------------------------------
-    def resize(self, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Session:
+    def contexts(self, input_shapes=None) -> list[OpContext]:
+        """Shapes, dtypes, constants and the scheme of every node, before any backend is asked."""
         g = self.graph
         if input_shapes:
             for name in input_shapes:
                 if name not in g.inputs:
                     raise ConversionError(f"unknown input {name!r}; inputs: {', '.join(g.inputs)}")
         self.shapes = shapes = ops.infer_shapes(g, input_shapes)
-        dtype = {t: g.tensors[t].dtype for t in g.tensors}
-        domain = {t: "host" for t in g.inputs}
-        owner: dict[str, Backend] = {}
-        steps: list[BoundStep] = []
-        copies: dict[tuple[str, str], str] = {}
+        ctxs = []
         for node in g.nodes:
             in_shapes = [shapes[t] for t in node.inputs]
             consts = {i: g.constants[t] for i, t in enumerate(node.inputs) if t in g.constants}
-            ctx = OpContext(node, in_shapes, [shapes[t] for t in node.outputs], consts,
-                            choose_scheme(node, in_shapes, self.options), [dtype[t] for t in node.inputs])
-            backend, ex = self._create(ctx)
-            inputs = []
-            for t in node.inputs:
-                if t in g.constants or domain[t] == backend.memory_domain:
-                    inputs.append(t)
-                    continue
-                key = (t, backend.memory_domain)
-                if key not in copies:  # tensor crosses memory domains: a copy step
-                    copies[key] = c = f"{t}@{backend.memory_domain}"
-                    shapes[c], dtype[c], domain[c] = shapes[t], dtype[t], backend.memory_domain
-                    steps.append(BoundStep(f"copy:{c}", "copy", backend, Scheme("copy"), None, [t], [c],
-                                           copy_from=owner.get(t, self.backends[0])))
-                inputs.append(copies[key])
+            ctxs.append(OpContext(node, in_shapes, [shapes[t] for t in node.outputs], consts,
+                                  choose_scheme(node, in_shapes, self.options),
+                                  [g.tensors[t].dtype for t in node.inputs]))
+        return ctxs
+
+    def resize(self, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Session:
+        g = self.graph
+        ctxs = self.contexts(input_shapes)
+        shapes = self.shapes
+        dtype = {t: g.tensors[t].dtype for t in g.tensors}
+        made: dict[tuple[int, int], tuple[Execution | None, OpContext]] = {}
+
+        def attempt(i: int, b: int) -> tuple[Execution | None, OpContext]:
+            """Ask backend ``b`` for node ``i`` once (on its own copy of the context)."""
+            if (i, b) not in made:
+                c = replace(ctxs[i])
+                made[(i, b)] = (self.backends[b].create_execution(c), c)
+            return made[(i, b)]
+
+        self.plan = None
+        if self.cost_model is not None:
+            from leti.engine.hybrid import plan_session
+
+            self.plan = plan_session(self, ctxs, attempt)
+        domain = {t: "host" for t in g.inputs}
+        owner: dict[str, Backend] = {t: self.host for t in g.inputs}
+        steps: list[BoundStep] = []
+        copies: dict[tuple[str, str], str] = {}
+
+        def fetch(t: str, backend: Backend, io: bool) -> str:
+            key = (t, backend.memory_domain)
+            if key not in copies:  # tensor crosses memory domains: a copy step
+                copies[key] = c = f"{t}@{backend.memory_domain}"
+                shapes[c], dtype[c], domain[c] = shapes[t], dtype[t], backend.memory_domain
+                steps.append(BoundStep(f"copy:{c}", "copy", backend, Scheme("copy"), None, [t], [c],
+                                       copy_from=owner[t], io=io))
+            return copies[key]
+
+        for i, node in enumerate(g.nodes):
+            backend, ex, ctx = self._create(i, ctxs[i], attempt)
+            inputs = [t if t in g.constants or domain[t] == backend.memory_domain
+                      else fetch(t, backend, t in g.inputs) for t in node.inputs]
             for t in node.outputs:
                 domain[t], owner[t] = backend.memory_domain, backend
-            steps.append(BoundStep(node.name, node.op, backend, ctx.scheme, ex, inputs, list(node.outputs)))
+            steps.append(BoundStep(node.name, node.op, backend, ctx.scheme, ex, inputs, list(node.outputs), ctx=ctx))
+        self._out_map = {t: fetch(t, self.host, True) for t in g.outputs
+                         if t not in g.constants and domain[t] != "host"}
         self._bind(steps, shapes, dtype, domain)
         self.steps = steps
+        self._compile()
         self._resized = True
         return self
 
-    def _create(self, ctx: OpContext) -> tuple[Backend, Execution]:
-        for b in self.backends:
-            ex = b.create_execution(ctx)
+    def _create(self, i: int, ctx: OpContext, attempt) -> tuple[Backend, Execution, OpContext]:
+        order = list(range(len(self.backends)))
+        if self.plan is not None:
+            first = self.plan.backend_index[i]
+            order = [first] + [b for b in order if b != first]
+        for b in order:
+            ex, c = attempt(i, b)
             if ex is not None:
-                return b, ex
+                return self.backends[b], ex, c
         raise ConversionError(f"no backend can run node {ctx.node.name!r} ({ctx.node.op}, scheme {ctx.scheme}); "
                               f"tried {', '.join(b.name for b in self.backends)}")
+
+    def _domain_backend(self, dom: str) -> Backend:
+        return next((b for b in self.backends if b.memory_domain == dom), None) or self.host
 
     def _bind(self, steps: list[BoundStep], shapes, dtype, domain) -> None:
         g = self.graph
@@ -131,6 +182,7 @@ class Session:
         nbytes = {t: int(np.prod(shapes[t], dtype=np.int64)) * np.dtype(dtype[t]).itemsize
                   for t in shapes if t not in g.constants}
         self.memory, self._views = {}, {}
+        outputs = [self._out_map.get(t, t) for t in g.outputs]
         for dom in sorted(set(domain.values())):
             plan_steps = []
             for st in steps:
@@ -145,9 +197,9 @@ class Session:
                                        list(ex.scratch) if mine and ex is not None else [], aliases, inplace))
             sizes = {t: n for t, n in nbytes.items() if domain[t] == dom}
             plan = plan_memory(plan_steps, sizes, [t for t in g.inputs if domain[t] == dom],
-                               [t for t in g.outputs if domain[t] == dom])
+                               [t for t in outputs if domain.get(t) == dom])
             self.memory[dom] = plan
-            backend = next(b for b in self.backends if b.memory_domain == dom)
+            backend = self._domain_backend(dom)
             arena = backend.acquire(max(plan.arena_bytes, 64))
             for t, off in plan.offsets.items():
                 self._views[t] = backend.view(arena, off, shapes[t], dtype[t])
@@ -159,6 +211,31 @@ class Session:
         for st in steps:
             st.in_views = [g.constants[t] if t in g.constants else self._views[t] for t in st.inputs]
             st.out_views = [self._views[t] for t in st.outputs]
+
+    def _compile(self) -> None:
+        """The run program: steps, with each run of consecutive steps on a backend that can
+        ``capture`` (CUDA graphs) replaced by one replayable callable."""
+        prog, i, steps = [], 0, self.steps
+        self.captured = 0
+        while i < len(steps):
+            st = steps[i]
+            capture = getattr(st.backend, "capture", None) if self.graphs and st.copy_from is None else None
+            if capture is None:
+                prog.append(st)
+                i += 1
+                continue
+            j = i
+            while j < len(steps) and steps[j].backend is st.backend and steps[j].copy_from is None:
+                j += 1
+            fn = capture(steps[i:j])
+            if fn is None:
+                prog.extend(steps[i:j])
+            else:
+                prog.append(fn)
+                self.captured += 1
+            i = j
+        self._program = prog
+        self._program_noio = [p for p in prog if not getattr(p, "io", False)]
 
     # ---- execution -----------------------------------------------------------------------
     def _feed(self, feeds) -> None:
@@ -177,9 +254,13 @@ class Session:
                                       f"{list(view.shape)} (call resize() with the new shape)")
             np.copyto(view, x, casting="same_kind")
 
-    def run(self, feeds=None, copy: bool = True) -> dict[str, np.ndarray]:
+    def run(self, feeds=None, copy: bool = True, io: bool = True) -> dict[str, np.ndarray] | None:
         """Execute once. ``feeds``: dict name → array (or one array for a single-input model).
-        Returns the outputs (copies unless ``copy=False``, then views valid until the next run)."""
+        Returns the outputs (copies unless ``copy=False``, then views valid until the next run).
+
+        ``io=False`` skips the copies of graph inputs onto a device and of outputs back to the
+        host (the device keeps the last inputs) and returns ``None``: the latency of the model
+        alone, as GPU frameworks usually report it."""
         if not self._resized:
             self.resize()
         if feeds is not None:
@@ -187,17 +268,18 @@ class Session:
         for b in self.backends:
             b.begin_run()
         try:
-            for st in self.steps:
+            for st in (self._program if io else self._program_noio):
                 st()
         finally:
             for b in self.backends:
                 b.end_run()
-        return self._outputs(copy)
+        return self._outputs(copy) if io else None
 
     def _outputs(self, copy: bool) -> dict[str, np.ndarray]:
         out = {}
         for t in self.graph.outputs:
-            v = self._views[t] if t in self._views else self.graph.constants[t]
+            t_host = self._out_map.get(t, t)
+            v = self._views[t_host] if t_host in self._views else self.graph.constants[t]
             out[t] = np.array(v) if copy else v
         return out
 
@@ -215,14 +297,22 @@ class Session:
                 for i, st in enumerate(self.steps):
                     t0 = time.perf_counter()
                     st()
+                    st.backend.synchronize()
                     times[r, i] = time.perf_counter() - t0
         finally:
             for b in self.backends:
                 b.end_run()
         med = np.median(times, axis=0) * 1e3
+        for i, st in enumerate(self.steps):  # device backends time their own work (CUDA: events)
+            timer = getattr(st.backend, "time_step", None)
+            if timer is not None:
+                med[i] = timer(st, runs)
+        from leti.engine.cost.spec import op_spec
+
         rows = []
         for st, ms in zip(self.steps, med):
-            rows.append({"name": st.name, "op": st.op, "backend": st.backend.name, "scheme": str(st.scheme),
+            rows.append({"name": st.name, "op": st.op, "backend": st.backend.name, "cost_key": st.backend.cost_key,
+                         "spec": op_spec(st.ctx).key if st.ctx is not None else None, "scheme": str(st.scheme),
                          "ms": float(ms), "out_shape": [list(self.shapes[t]) for t in st.outputs],
                          "out_bytes": int(sum(v.nbytes for v in st.out_views)),
                          "scratch_bytes": int(sum(v.nbytes for v in st.scratch_views))})
@@ -243,4 +333,5 @@ class Session:
                            for d, p in self.memory.items()},
                 "inputs": {t: list(self.shapes[t]) for t in self.graph.inputs},
                 "outputs": {t: list(self.shapes[t]) for t in self.graph.outputs},
-                "params": self.graph.num_params()}
+                "params": self.graph.num_params(), "captured_graphs": self.captured,
+                "plan": self.plan.summary() if self.plan is not None else None}

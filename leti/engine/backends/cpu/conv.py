@@ -33,7 +33,7 @@ def conv2d(ctx: OpContext) -> Execution | None:
     w = ctx.constants.get(1)
     if w is None:  # weights computed at run time: not supported by the fast path
         return None
-    x_shape, y_shape = ctx.in_shapes[0], ctx.out_shapes[0]
+    x_shape = ctx.in_shapes[0]
     pads, (oh, ow), (sh, sw), (dh, dw) = geometry(x_shape, w.shape, ctx.attrs)
     kh, kw, ic, oc = w.shape
     bias, has_bias, act = _bias_act(ctx, oc)

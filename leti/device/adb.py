@@ -1,0 +1,312 @@
+"""AdbDevice: an Android phone (or the loopback device) through adbutils and a real adb server.
+
+The model and TFLite's stock ``benchmark_model`` are pushed to ``/data/local/tmp/leti``; the binary once
+per session (made executable and checked to run), each model before its measurement (removed after).
+A measurement is one benchmark_model invocation::
+
+    taskset MASK benchmark_model --graph=M --num_threads=T --num_runs=N --warmup_runs=W
+        --min_secs=0 --warmup_min_secs=0 --max_secs=S --use_xnnpack=true|false
+        [--use_gpu=true --require_full_delegation=true]
+
+``--min_secs=0`` makes ``--num_runs`` exact (the tool otherwise keeps running for a second);
+``MASK`` selects the big cores, those with the highest ``cpuinfo_max_freq`` (taskset is skipped when all
+cores are alike). Every command is shell-quoted and has a timeout above the tool's own limit
+(``2 × max_secs`` + a margin): warm-up and timed runs are each bounded by ``max_secs``.
+
+Errors a user can act on are one line: unknown serial (with the attached ones), device offline,
+binary missing or not runnable, storage full, the model failing to load, the GPU not running the
+whole graph, output without timings (the raw log travels with the error and is stored).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import struct
+import time
+from pathlib import Path
+
+from leti.device import benchmark_log
+from leti.device.base import (Batch, Device, DeviceOfflineError, DeviceTimeoutError, StorageFullError)
+from leti.errors import DeviceError, LetiError
+
+REMOTE_DIR = "/data/local/tmp/leti"
+_FREQ = re.compile(r"/cpu(\d+)/cpufreq/cpuinfo_max_freq\s+(\d+)")
+_TEMP = re.compile(r"^\s*temperature:\s*(-?\d+)", re.M)
+
+
+def big_core_mask(freqs: dict[int, int], threads: int = 1) -> int | None:
+    """CPU mask of the fastest cores (enough of them for ``threads``); None when all cores are alike."""
+    if not freqs or len(set(freqs.values())) <= 1:
+        return None
+    chosen: list[int] = []
+    for f in sorted(set(freqs.values()), reverse=True):
+        chosen += [c for c in sorted(freqs) if freqs[c] == f]
+        if len(chosen) >= threads:
+            break
+    return sum(1 << c for c in chosen)
+
+
+def _client(client=None):
+    import adbutils
+
+    return client or adbutils.AdbClient()
+
+
+def list_adb_devices(client=None) -> tuple[list[tuple[str, str, str]], str]:
+    """(serial, state, description) of every device the adb server knows, and a note when none can be read."""
+    try:
+        infos = _client(client).list(extended=True)
+    except Exception as exc:  # adbutils raises several unrelated types when no server runs
+        return [], f"adb: no server reachable ({exc})"
+    out = [(i.serial, i.state, " ".join(f"{k}:{v}" for k, v in i.tags.items())) for i in infos]
+    return out, "" if out else "adb: no devices attached"
+
+
+class AdbDevice(Device):
+    """A device behind the adb server. ``serial`` as ``adb devices`` prints it (or ``HOST:PORT``)."""
+
+    artifact = "tflite"
+    shares_host_cpu = False
+
+    def __init__(self, serial: str, benchmark_binary: Path | None, backend: str = "cpu", threads: int = 1,
+                 xnnpack: bool = True, client=None, remote_dir: str = REMOTE_DIR, max_secs: float = 150.0,
+                 timeout_margin_s: float = 60.0, command_timeout: float | None = None) -> None:
+        self.id = serial
+        self.backend = backend
+        self.threads = threads
+        self.xnnpack = xnnpack
+        self.remote_dir = remote_dir.rstrip("/")
+        self.max_secs = max_secs
+        self.command_timeout = command_timeout or 2 * max_secs + timeout_margin_s
+        self.client = _client(client)
+        self._attach()
+        self.binary = self._check_local_binary(benchmark_binary)
+        self.remote_binary = f"{self.remote_dir}/{self.binary.name}"
+        self._ready = False
+        self._pushed: set[str] = set()
+        self._mask: int | None = None
+        self._taskset = False
+        self._info: dict | None = None
+
+    # ---- connection ------------------------------------------------------------------------------
+    def _state(self) -> str:
+        try:
+            for info in self.client.list():
+                if info.serial == self.id:
+                    return info.state
+        except Exception:
+            return "unreachable"
+        return "gone"
+
+    def _attach(self) -> None:
+        state = self._state()
+        if state == "unreachable":
+            raise DeviceError(f"cannot reach the adb server at {self.client.host}:{self.client.port}")
+        if state == "gone" and re.fullmatch(r"[\w.\-]+:\d+", self.id):
+            try:
+                self.client.connect(self.id, timeout=10)
+            except Exception:
+                pass
+            state = self._state()
+        if state == "gone":
+            found, _ = list_adb_devices(self.client)
+            attached = ", ".join(s for s, _, _ in found) or "none"
+            raise DeviceError(f"unknown device serial {self.id!r}; attached: {attached} (see `leti devices`)")
+        if state != "device":
+            hint = " (accept the USB debugging prompt on the phone)" if state == "unauthorized" else ""
+            raise DeviceError(f"device {self.id} is {state}{hint}")
+        self._dev = self.client.device(self.id)
+
+    def wait_online(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ":" in self.id and self._state() != "device":  # a network device: ask the server to redial now
+                try:
+                    self.client.disconnect(self.id)
+                    self.client.connect(self.id, timeout=2)
+                except Exception:
+                    pass
+            if self._state() == "device":
+                self._dev = self.client.device(self.id)
+                self._ready = False  # it may have rebooted: check the binary again
+                self._pushed.clear()
+                return True
+            time.sleep(0.5)
+        return False
+
+    def _lost(self, what: str, exc: BaseException) -> DeviceError:
+        for _ in range(6):  # the adb server notices a dropped transport within a moment
+            state = self._state()
+            if state != "device":
+                break
+            time.sleep(0.25)
+        if state != "device":
+            return DeviceOfflineError(f"device {self.id} went offline ({state}) during {what}")
+        return DeviceError(f"device {self.id}: adb failed during {what}: {exc or exc.__class__.__name__}")
+
+    # ---- primitives ---------------------------------------------------------------------------------
+    def shell(self, args: list[str] | str, timeout: float = 30.0, what: str = "") -> tuple[int, str]:
+        """Run a command (a list is shell-quoted word by word); returns (exit status, stdout+stderr)."""
+        from adbutils.errors import AdbTimeout
+
+        cmd = args if isinstance(args, str) else " ".join(shlex.quote(str(a)) for a in args)
+        try:
+            r = self._dev.shell2(cmd, timeout=timeout, v2=True)
+        except AdbTimeout:
+            self._kill_remote()
+            raise DeviceTimeoutError(f"device {self.id}: {what or cmd[:60]} did not finish within {timeout:g} s "
+                                     "and was stopped") from None
+        except Exception as exc:  # AdbError, EOFError, OSError: the transport broke
+            raise self._lost(what or cmd[:60], exc) from None
+        return r.returncode, r.output
+
+    def _kill_remote(self) -> None:
+        try:
+            self._dev.shell2(f"pkill -f {shlex.quote(self.remote_binary)}", timeout=10, v2=True)
+        except Exception:
+            pass
+
+    def push(self, local: Path, remote: str, mode: int = 0o644) -> None:
+        """Push a file over the sync protocol, reporting the device's own reason when it refuses."""
+        spec = f"{remote},{0o100000 | mode}".encode()
+        try:
+            with self._dev.open_transport(timeout=self.command_timeout) as c:
+                c.send_command("sync:")
+                c.check_okay()
+                c.conn.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
+                with open(local, "rb") as f:
+                    for chunk in iter(lambda: f.read(64 * 1024), b""):
+                        c.conn.sendall(b"DATA" + struct.pack("<I", len(chunk)) + chunk)
+                c.conn.sendall(b"DONE" + struct.pack("<I", int(time.time())))
+                status = c.read_exact(8)
+                if status[:4] == b"FAIL":
+                    reason = c.read_exact(struct.unpack("<I", status[4:])[0]).decode("utf-8", "replace")
+                elif status[:4] == b"OKAY":
+                    reason = ""
+                else:
+                    reason = f"unexpected sync reply {status[:4]!r}"
+                c.conn.sendall(b"QUIT" + bytes(4))
+        except Exception as exc:
+            raise self._lost(f"pushing {local.name}", exc) from None
+        if "No space left" in reason:
+            raise StorageFullError(f"device {self.id} has no space left in {self.remote_dir} "
+                                   f"(pushing {local.name}); free some storage and rerun")
+        if reason:
+            raise DeviceError(f"device {self.id} refused {local.name}: {reason}")
+
+    # ---- setup ------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_local_binary(binary: Path | None) -> Path:
+        if binary is None:
+            raise DeviceError("adb devices need --benchmark-binary PATH: TFLite's benchmark_model built for the "
+                              "phone (see the README section 'Real phones')")
+        binary = Path(binary)
+        if not binary.is_file():
+            raise DeviceError(f"benchmark binary not found: {binary}")
+        return binary
+
+    def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        self.shell(["mkdir", "-p", self.remote_dir], what="creating the work folder")
+        self.push(self.binary, self.remote_binary, 0o755)
+        self.shell(["chmod", "755", self.remote_binary], what="chmod of the benchmark binary")
+        rc, out = self.shell([self.remote_binary, "--help"], timeout=60, what="checking the benchmark binary")
+        bad = ("not executable", "Exec format error", "Permission denied", "not found", "No such file")
+        if rc in (126, 127) or any(b in out for b in bad):
+            first = out.strip().splitlines()[0] if out.strip() else f"exit status {rc}"
+            raise DeviceError(f"benchmark binary {self.binary.name} cannot run on {self.id}: {first}")
+        self._read_cpu_layout()
+        self._ready = True
+
+    def _read_cpu_layout(self) -> None:
+        _, out = self.shell("for f in /sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq; do "
+                            'echo "$f $(cat $f 2>/dev/null)"; done', what="reading core frequencies")
+        self.core_freqs = {int(c): int(f) for c, f in _FREQ.findall(out)}
+        self._mask = big_core_mask(self.core_freqs, self.threads)
+        self._taskset = self._mask is not None and self.shell("command -v taskset", what="looking for taskset")[0] == 0
+
+    def command(self, remote_model: str, runs: int, warmup: int) -> list[str]:
+        args = [self.remote_binary, f"--graph={remote_model}", f"--num_threads={self.threads}",
+                f"--num_runs={runs}", f"--warmup_runs={warmup}", "--min_secs=0", "--warmup_min_secs=0",
+                f"--max_secs={self.max_secs:g}", f"--use_xnnpack={'true' if self.xnnpack else 'false'}"]
+        if self.backend == "gpu":
+            args += ["--use_gpu=true", "--require_full_delegation=true"]
+        if self._taskset:
+            args = ["taskset", f"{self._mask:x}", *args]
+        return args
+
+    # ---- the device protocol -------------------------------------------------------------------------
+    def run(self, model: Path, runs: int, warmup: int) -> Batch:
+        model = Path(model)
+        self._ensure_ready()
+        remote = f"{self.remote_dir}/{model.name}"
+        if remote not in self._pushed:
+            self.push(model, remote)
+            self._pushed.add(remote)
+        line = " ".join(shlex.quote(a) for a in self.command(remote, runs, warmup)) + " 2>&1"
+        rc, out = self.shell(line, timeout=self.command_timeout, what=f"benchmarking {model.name}")
+        log = benchmark_log.parse(out)
+        try:
+            batch = log.to_batch(self.backend, where=f"{self.id} {model.name}")
+        except LetiError as exc:
+            exc.raw_log = out
+            raise
+        if batch.n != runs:
+            err = benchmark_log.MalformedLogError(f"{self.id} {model.name}: benchmark_model made {batch.n} timed "
+                                                  f"runs, not {runs} (exit status {rc})")
+            err.raw_log = out
+            raise err
+        return batch
+
+    def release(self, model: Path) -> None:
+        remote = f"{self.remote_dir}/{Path(model).name}"
+        self._pushed.discard(remote)
+        try:
+            self.shell(["rm", "-f", remote], what="removing the model")
+        except DeviceError:
+            pass  # best effort: the folder goes at close()
+
+    def close(self) -> None:
+        try:
+            self.shell(["rm", "-rf", self.remote_dir], what="cleaning up")
+        except DeviceError:
+            pass
+
+    def temperature_c(self) -> float | None:
+        try:
+            rc, out = self.shell("dumpsys battery", what="reading the battery temperature")
+        except DeviceError:
+            return None
+        m = _TEMP.search(out) if rc == 0 else None
+        return int(m.group(1)) / 10 if m else None
+
+    def info(self) -> dict:
+        if self._info is None:
+            _, props = self.shell("getprop", what="reading properties")
+            p = dict(re.findall(r"^\[([^\]]+)\]: \[(.*)\]$", props, re.M))
+            _, gl = self.shell("dumpsys SurfaceFlinger | grep -m1 GLES", what="reading the GPU")
+            if not hasattr(self, "core_freqs"):
+                self._read_cpu_layout()
+            self._info = {
+                "id": self.id, "backend": self.backend, "kind": "adb",
+                "model": p.get("ro.product.model", "?"), "manufacturer": p.get("ro.product.manufacturer", "?"),
+                "soc": p.get("ro.soc.model") or p.get("ro.board.platform") or p.get("ro.hardware", "?"),
+                "gpu": gl.split(":", 1)[1].strip() if ":" in gl else "?",
+                "android": p.get("ro.build.version.release", "?"), "sdk": p.get("ro.build.version.sdk", "?"),
+                "abi": p.get("ro.product.cpu.abi", "?"),
+                "core_max_freq_khz": {str(k): v for k, v in sorted(self.core_freqs.items())},
+                "pinned_mask": f"{self._mask:x}" if self._taskset else None, "threads": self.threads,
+                "xnnpack": self.xnnpack, "benchmark_binary": self.binary.name,
+            }
+        return dict(self._info)
+
+    def tool_versions(self) -> dict:
+        import adbutils
+
+        try:
+            server = self.client.server_version()
+        except Exception:
+            server = None
+        return {"benchmark_model": self.binary.name, "adbutils": adbutils.__version__, "adb_server": server}

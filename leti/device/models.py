@@ -1,0 +1,45 @@
+"""Where campaign models come from: ``make_model(cell) -> Path`` callables for a cell table's model spec.
+
+A campaign only needs a callable that turns a :class:`~leti.generate.cell.Cell` into a model file; the
+campaign's cache takes ownership of the file it returns. :func:`model_factory` builds that callable
+from the table's model spec (``{"kind": "cell", ...}`` or ``{"kind": "network", ...}``, see
+``leti.generate.table.model_spec``) through ``leti.generate.export.export_models``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from leti.errors import ConversionError
+from leti.generate.cell import Cell
+from leti.generate.network import NetworkConfig
+
+SUFFIX = {"tflite": ".tflite", "keras": ".keras"}
+
+
+def model_factory(spec: dict, artifact: str = "tflite", workdir: Path | None = None) -> Callable[[Cell], Path]:
+    """A ``make_model(cell) -> Path`` for the table's model ``spec`` and the device's ``artifact``."""
+    if artifact not in SUFFIX:
+        raise ConversionError(f"unknown model artifact {artifact!r}; known: {', '.join(SUFFIX)}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the converter's C++ chatter would drown the progress bar
+    spec = dict(spec or {"kind": "cell", "input_shape": [32, 32, 64], "channels": 64})
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="leti-models-"))
+
+    def make_model(cell: Cell) -> Path:
+        out = root / cell.hash
+        out.mkdir(parents=True, exist_ok=True)
+        from leti.generate.export import export_models
+
+        config = NetworkConfig(**spec["config"]) if spec["kind"] == "network" else NetworkConfig()
+        export_models([cell], out, kind=spec["kind"], formats=(artifact,),
+                      input_shape=tuple(spec.get("input_shape", (32, 32, 64))), channels=spec.get("channels"),
+                      config=config, jobs=1)
+        path = out / artifact / f"{cell.hash}{SUFFIX[artifact]}"
+        if not path.is_file():
+            raise ConversionError(f"export wrote no {artifact} model for cell {cell.hash}")
+        return path
+
+    return make_model
