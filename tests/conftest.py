@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")

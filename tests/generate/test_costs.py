@@ -5,9 +5,9 @@ from leti.generate.cell import CONV1X1, CONV3X3, MAXPOOL3X3, Cell
 from leti.generate.costs import cell_costs, network_costs, peak_memory
 from leti.generate.network import NetworkConfig, cell_graph, compute_vertex_channels
 
-from tests.conftest import SHARED
+from tests.conftest import ROOT
 
-NASLIB = SHARED / "datasets" / "nb101_naslib500.parquet"
+NASLIB = ROOT / "datasets" / "nb101_naslib500.parquet"
 
 
 def test_golden_parameter_counts(golden):
@@ -22,7 +22,6 @@ def test_vertex_channels(golden):
             assert compute_vertex_channels(cin, cout, vec["matrix"]) == expected
 
 
-@pytest.mark.skipif(not NASLIB.exists(), reason="needs ../shared beside the project")
 def test_naslib_published_flops_and_params_exactly():
     d = pd.read_parquet(NASLIB)
     for m, ops, flops, params in zip(d.matrix, d.ops, d.flops, d.trainable_parameters):
