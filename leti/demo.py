@@ -22,7 +22,7 @@ def steps(out: Path, sample: int, seed: int, runs: int, passes: int) -> list[lis
         ["generate", "--sample", str(sample), "--seed", str(seed), "--cell", "--input-size", "32",
          "--channels", "64", "--format", "tflite", "--out", str(out)],
         ["measure", "--device", "local", "--cells", str(cells), "--db", str(db), "--runs", str(runs),
-         "--passes", str(passes), "--threads", "1", "--cache-dir", str(out)],
+         "--passes", str(passes), "--threads", "1", "--cache-dir", str(out / "tflite")],
         ["export", "--db", str(db), "--out", str(dataset)],
     ]
 

@@ -57,6 +57,18 @@ _CODE = {name: i for i, name in enumerate(NB201_OPS)}
 
 def parse_arch(arch: str) -> tuple[int, ...]:
     """Six op codes (:data:`NB201_OPS` indices) of an arch string; :class:`InvalidCellError` if malformed."""
+    if isinstance(arch, str) and arch in _PARSED:
+        return _PARSED[arch]
+    codes = _parse(arch)
+    if len(_PARSED) < 100_000:
+        _PARSED[arch] = codes
+    return codes
+
+
+_PARSED: dict[str, tuple[int, ...]] = {}
+
+
+def _parse(arch: str) -> tuple[int, ...]:
     if not isinstance(arch, str):
         raise InvalidCellError(f"an NB201 arch must be a string, got {type(arch).__name__}")
     m = _ARCH_RE.match(arch.strip())
@@ -263,7 +275,10 @@ def _fixed_parts() -> tuple[int, int, int]:
     return flops, params, max(peaks) * DTYPE_BYTES
 
 
-@lru_cache(maxsize=None)
+#: peak units of every cell by its base-5 key, filled on demand (-1 = not computed yet)
+_UNITS = np.full(5**6, -1, np.int64)
+
+
 def _cell_peak_units(codes: tuple[int, ...]) -> int:
     """Peak number of live cell-sized tensors while one cell runs (its input counted)."""
     g = LayerGraph()
@@ -297,8 +312,11 @@ def batch_costs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     flops = f0 + fl[codes].sum(axis=(1, 2)) * CELLS_PER_STAGE
     params = p0 + pa[codes].sum(axis=(1, 2)) * CELLS_PER_STAGE
     # zero tensors of nodes without inputs cost nothing in FLOPs; peak: per cell, scaled per stage
-    keys, first, inverse = np.unique(codes_to_index(codes), return_index=True, return_inverse=True)
-    units = np.array([_cell_peak_units(tuple(int(v) for v in codes[i])) for i in first], np.float64)[inverse]
+    key = codes_to_index(codes)
+    missing = np.unique(key[_UNITS[key] < 0])
+    for k in missing:
+        _UNITS[k] = _cell_peak_units(tuple(int(k) // 5**e % 5 for e in range(6)))
+    units = _UNITS[key].astype(np.float64)
     stage_elems = max(h * h * c for h, c in STAGES)  # stage 0 has the largest tensors (16,384 elements)
     peak = np.maximum(m0, units * stage_elems * DTYPE_BYTES)
     return flops, params, peak

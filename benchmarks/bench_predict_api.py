@@ -1,0 +1,114 @@
+"""Throughput of the predictor API: cells per second in batch, and single-cell latency.
+
+Every predictor is fitted on 1,000 raspi4 cells of datasets/nb201_latency.parquet (the GCN with the
+paper's 4×600 layers but few epochs: training length does not change prediction cost), then asked for
+* batch, table: ``predict(table)`` on a prebuilt CellTable of all 15,625 NB201 cells (features + model);
+* batch, raw: ``predict(list_of_arch_strings)`` (parsing and costs included);
+* single: ``predict([arch])`` for one cell, median of repeated calls;
+and, for NB101, ``predict(space)`` on 100,000 cells of the enumerated space (a separate fit on NASLib cells
+with a synthetic target, since no NB101 latency data ships with LETI: only the speed is measured).
+
+Run: .venv/bin/python benchmarks/bench_predict_api.py [--predictors flops,xgboost,...] [--repeat 3]
+(a predictor may carry parameters, ``gcn:hidden=128``; separate such specs with ';').
+Targets (issue 4): >= 100,000 cells/s in batch for the boosting predictors, >= 10,000 for the GCN,
+single-cell prediction under 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from leti.predict.base import make_predictor
+from leti.predict.spaces import NB101Space, as_table
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ["flops", "ransac", "ransac_cluster", "xgboost", "xgboost-rich", "lightgbm", "lightgbm-rich", "catboost",
+         "catboost-rich", "gcn", "gcn-flops", "gcn:hidden=128"]
+FAST_FIT = {"gcn": {"epochs": 3}, "gcn-flops": {"epochs": 3}}
+
+
+def build(spec: str):
+    """``name`` or ``name:param=value,...`` (values as int/float when they parse)."""
+    name, _, rest = spec.partition(":")
+    params = dict(FAST_FIT.get(name, {}))
+    for item in filter(None, rest.split(",")):
+        k, _, v = item.partition("=")
+        for cast in (int, float, str):
+            try:
+                params[k] = cast(v)
+                break
+            except ValueError:
+                pass
+    return make_predictor(name, **params)
+
+
+def best_of(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--predictors", default=";".join(NAMES))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--nb101", type=int, default=100_000, help="NB101 cells for the Space batch (0: skip)")
+    args = ap.parse_args()
+    names = [n for part in args.predictors.split(";") for n in ([part] if ":" in part else part.split(",")) if n]
+
+    d = pd.read_parquet(ROOT / "datasets" / "nb201_latency.parquet")
+    d = d[d.device == "raspi4"].reset_index(drop=True)
+    archs = list(d.arch)
+    y = d.latency_ms.to_numpy()
+    train = np.random.default_rng(0).permutation(len(y))[:1000]
+    n = len(archs)
+    t_table = best_of(lambda: as_table(archs), args.repeat)
+    table = as_table(archs)
+    print(f"NB201 CellTable from {n} arch strings: {n / t_table:,.0f} cells/s")
+
+    space101 = None
+    if args.nb101:
+        from leti.generate.cell import Cell
+        from leti.generate.space import enumerate_space
+
+        space101 = enumerate_space().sample(args.nb101, seed=0)
+        t101 = best_of(lambda: NB101Space().table(space101), 1)
+        print(f"NB101 CellTable from a Space of {args.nb101}: {args.nb101 / t101:,.0f} cells/s")
+        nas = pd.read_parquet(ROOT / "datasets" / "nb101_naslib500.parquet")
+        cells101 = [Cell([list(r) for r in m], list(o)) for m, o in zip(nas.matrix, nas.ops)]
+        t = as_table(cells101)
+        y101 = 1.0 + t.flops / 1e8 + t.peak_memory / 1e7  # synthetic: for timing only
+
+    print(f"\n{'predictor':16s} {'fit s':>7s} {'table c/s':>12s} {'raw c/s':>12s} {'single ms':>10s}"
+          + (f" {'NB101 Space c/s':>16s}" if space101 is not None else ""))
+    for name in names:
+        t0 = time.perf_counter()
+        model = build(name).fit(table.take(train), y[train])
+        fit_s = time.perf_counter() - t0
+        tb = best_of(lambda: model.predict(table), args.repeat)
+        raw = best_of(lambda: model.predict(archs), args.repeat)
+        one = [archs[0]]
+        model.predict(one)
+        singles = []
+        for i in range(200):
+            t = time.perf_counter()
+            model.predict([archs[i]])
+            singles.append(time.perf_counter() - t)
+        line = f"{name:16s} {fit_s:7.1f} {n / tb:12,.0f} {n / raw:12,.0f} {1e3 * np.median(singles):10.3f}"
+        if space101 is not None:
+            m101 = build(name).fit(cells101, y101)
+            t101 = best_of(lambda: m101.predict(space101), 1)
+            line += f" {args.nb101 / t101:16,.0f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

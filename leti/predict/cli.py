@@ -1,0 +1,179 @@
+"""``leti evaluate``, ``leti fit`` and ``leti predict``: latency predictors from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from leti.errors import LetiError
+
+
+def _progress():
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+
+
+def _parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``NAME.PARAM=VALUE`` items as {NAME: {PARAM: value}}; values are read as JSON, else as text."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        name, dot, param = key.partition(".")
+        if not (eq and dot and name and param):
+            raise LetiError(f"--set expects NAME.PARAM=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.setdefault(name, {})[param] = value
+    return out
+
+
+def _params(items: list[str]) -> dict[str, Any]:
+    return {k: v for d in _parse_sets([f"p.{i}" for i in items]).values() for k, v in d.items()}
+
+
+def evaluate_cmd(
+    dataset: Path = typer.Option(..., "--dataset", help="Parquet with matrix+ops or arch, latency_ms[, device]."),
+    out: Path = typer.Option(..., "--out", help="Output folder: table.md, results.json, scatter_<device>.png."),
+    device: str | None = typer.Option(None, "--device", help="Only this device (default: every device)."),
+    train_size: int = typer.Option(1000, "--train-size", help="Training cells per seed; all others are the test set."),
+    predictors: str = typer.Option("all", "--predictors", help="Comma list of predictor names, or 'all' (no LUT)."),
+    seeds: str = typer.Option("0,1,2", "--seeds", help="Comma list of seeds (one train/test split each)."),
+    folds: int = typer.Option(5, "--folds", help="Cross-validation folds for model selection (1 = no selection)."),
+    sets: list[str] = typer.Option([], "--set", help="Fix a parameter: NAME.PARAM=VALUE, e.g. gcn.epochs=30."),
+) -> None:
+    """Evaluate predictors with the paper's protocol and print a table like its Table 3.
+
+    Example: leti evaluate --dataset datasets/nb201_latency.parquet --device pixel2 --predictors flops,ransac,xgboost --out runs/pixel2
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from leti.predict.data import load_dataset
+    from leti.predict.evaluate import (
+        evaluate,
+        expand,
+        markdown_table,
+        write_json,
+        write_scatter,
+    )
+
+    specs = expand(predictors)
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise LetiError(f"--seeds must be a comma list of integers, got {seeds!r}") from None
+    overrides = _parse_sets(sets)
+    data = load_dataset(dataset, device)
+    out.mkdir(parents=True, exist_ok=True)
+    per_device = {}
+    with _progress() as bar:
+        for d in data:
+            task = bar.add_task(f"{d.device}", total=len(specs) * len(seed_list))
+            res = evaluate(d.cells, d.latency_ms, specs, train_size, seed_list, folds, overrides,
+                           progress=lambda spec, task=task: bar.advance(task))
+            per_device[d.device] = res
+            write_scatter(res, out / f"scatter_{d.device}.png", f"{dataset.name} — {d.device}, train {train_size}")
+    report = {"dataset": str(dataset), "train_size": train_size, "seeds": seed_list, "folds": folds,
+              "overrides": overrides, "devices": {dev: {s: r.to_json() for s, r in res.items()}
+                                                  for dev, res in per_device.items()}}
+    write_json(report, out / "results.json")
+    (out / "table.md").write_text(markdown_table(per_device) + "\n")
+    table = Table(title=f"Acc@10% (%) and R², mean ± std over seeds {seed_list}, train {train_size}")
+    table.add_column("predictor")
+    for dev in per_device:
+        table.add_column(f"{dev}\nAcc@10%", justify="right")
+        table.add_column(f"{dev}\nR²", justify="right")
+    for s in specs:
+        row = [s]
+        for dev in per_device:
+            sm = per_device[dev][s].summary()
+            row += [f"{100 * sm['mean']['acc@10%']:.1f}±{100 * sm['std']['acc@10%']:.1f}",
+                    f"{sm['mean']['r2']:.3f}±{sm['std']['r2']:.3f}"]
+        table.add_row(*row)
+    Console(width=200).print(table)
+    typer.echo(f"wrote {out / 'table.md'}, {out / 'results.json'} and {len(per_device)} scatter plots")
+
+
+def fit_cmd(
+    dataset: Path = typer.Option(..., "--dataset", help="Parquet with matrix+ops or arch, latency_ms[, device]."),
+    predictor: str = typer.Option(..., "--predictor", help="Predictor name, e.g. catboost-rich, ransac_cluster, gcn."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the predictor to."),
+    device: str | None = typer.Option(None, "--device", help="Device rows to fit on (needed when there are several)."),
+    train_size: int | None = typer.Option(None, "--train-size", help="Fit on this many random rows (default all)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --train-size."),
+    param: list[str] = typer.Option([], "--param", help="Predictor parameter PARAM=VALUE (repeatable)."),
+) -> None:
+    """Fit a predictor on a dataset and save it (no pickle: a folder with a JSON manifest).
+
+    Example: leti fit --dataset datasets/nb201_latency.parquet --device raspi4 --predictor catboost-rich --out models/raspi4
+    """
+    import numpy as np
+
+    from leti.predict.base import make_predictor
+    from leti.predict.data import load_dataset
+
+    data = load_dataset(dataset, device)
+    if len(data) > 1:
+        raise LetiError(f"{dataset} has several devices ({', '.join(d.device for d in data)}); choose one with --device")
+    d = data[0]
+    cells, y = d.cells, d.latency_ms
+    if train_size is not None:
+        if not 1 <= train_size <= len(y):
+            raise LetiError(f"--train-size must be in 1..{len(y)}")
+        idx = np.random.default_rng(seed).permutation(len(y))[:train_size]
+        cells, y = cells.take(idx), y[idx]
+    model = make_predictor(predictor, **_params(param))
+    with _progress() as bar:
+        task = bar.add_task(f"fit {predictor} on {len(y)} cells ({d.device})", total=1)
+        model.fit(cells, y)
+        bar.advance(task)
+    model.save(out)
+    typer.echo(f"wrote {predictor} predictor to {out}")
+
+
+def predict_cmd(
+    predictor: Path = typer.Option(..., "--predictor", help="Folder of a saved predictor (leti fit --out)."),
+    cells: Path = typer.Option(..., "--cells", help="Parquet/CSV with matrix+ops (NB101) or arch (NB201) columns."),
+    out: Path | None = typer.Option(None, "--out", help="Write the table with a predicted_ms column (Parquet/CSV); "
+                                                           "default: print CSV to stdout."),
+) -> None:
+    """Predict the latency (ms) of every cell of a table.
+
+    Example: leti predict --predictor models/raspi4 --cells datasets/nb201_latency.parquet --out predicted.parquet
+    """
+    from leti.predict.base import load_predictor
+    from leti.predict.data import read_table
+
+    model = load_predictor(predictor)
+    frame = read_table(cells)
+    with _progress() as bar:
+        task = bar.add_task(f"predict {len(frame)} cells", total=1)
+        frame = frame.assign(predicted_ms=model.predict(frame))
+        bar.advance(task)
+    if out is None:
+        keep = [c for c in ("arch", "hash", "unique_cell_hash", "device", "latency_ms", "predicted_ms") if c in frame]
+        typer.echo(frame[keep].to_csv(index=False), nl=False)
+    elif out.suffix.lower() == ".csv":
+        frame.to_csv(out, index=False)
+    else:
+        frame.to_parquet(out, index=False)
+    if out is not None:
+        typer.echo(f"wrote {len(frame)} predictions to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("evaluate")(evaluate_cmd)
+    app.command("fit")(fit_cmd)
+    app.command("predict")(predict_cmd)

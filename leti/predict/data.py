@@ -1,0 +1,64 @@
+"""Reading latency datasets and cell tables from Parquet.
+
+A dataset is a Parquet table with either ``matrix`` + ``ops`` columns (NB101) or an ``arch`` column
+(NB201), a ``latency_ms`` column and optionally ``device`` — the layout of
+``datasets/nb201_latency.parquet``. A cell table (for ``leti predict``) needs only the cell columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from leti.errors import DatasetError
+from leti.predict.base import check_latency
+from leti.predict.spaces import CellTable, as_table
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A Parquet (or CSV) file as a DataFrame, or :class:`DatasetError`."""
+    p = Path(path)
+    if not p.is_file():
+        raise DatasetError(f"{p}: no such file")
+    try:
+        if p.suffix.lower() == ".csv":
+            return pd.read_csv(p)
+        return pd.read_parquet(p)
+    except Exception as exc:  # pyarrow raises many types for a file that is not Parquet
+        raise DatasetError(f"{p}: not a readable Parquet/CSV table ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class DeviceData:
+    device: str
+    cells: CellTable
+    latency_ms: np.ndarray
+
+
+def load_dataset(path: str | Path, device: str | None = None) -> list[DeviceData]:
+    """One :class:`DeviceData` per device of the file (only ``device`` when given)."""
+    frame = read_table(path)
+    if "latency_ms" not in frame.columns:
+        raise DatasetError(f"{path}: no 'latency_ms' column (columns: {', '.join(map(str, frame.columns))})")
+    if "device" in frame.columns:
+        devices = sorted(frame["device"].astype(str).unique())
+        if device is not None:
+            if device not in devices:
+                raise DatasetError(f"{path}: no device {device!r}; it has {', '.join(devices)}")
+            devices = [device]
+        groups = [(d, frame[frame["device"].astype(str) == d]) for d in devices]
+    else:
+        groups = [(device or "unknown", frame)]
+    out = []
+    for name, sub in groups:
+        if len(sub) == 0:
+            raise DatasetError(f"{path}: no rows for device {name!r}")
+        try:
+            y = check_latency(sub["latency_ms"].to_numpy(), len(sub))
+        except DatasetError as exc:
+            raise DatasetError(f"{path} (device {name}): {exc}") from None
+        out.append(DeviceData(name, as_table(sub.reset_index(drop=True)), y))
+    return out

@@ -1,0 +1,48 @@
+import numpy as np
+
+from leti.generate.cell import Cell
+from leti.generate.costs import cell_costs, network_costs
+from leti.generate.network import NetworkConfig
+from leti.generate.space import enumerate_space
+from leti.predict.spaces import NB101Space
+
+
+def _cells(naslib):
+    return [Cell([list(r) for r in m], list(o)) for m, o in zip(naslib.matrix, naslib.ops)]
+
+
+def test_vectorised_network_costs_equal_costs_py(naslib):
+    cells = _cells(naslib)[:80]
+    t = NB101Space().table(cells)
+    for i, c in enumerate(cells):
+        ref = network_costs(c)
+        assert (t.flops[i], t.params[i], t.peak_memory[i]) == (ref.flops, ref.params, ref.peak_memory_bytes)
+
+
+def test_params_of_all_500_naslib_cells(naslib):
+    t = NB101Space().table(_cells(naslib))
+    np.testing.assert_array_equal(t.params, naslib.trainable_parameters.to_numpy())
+
+
+def test_other_configs_and_cell_scope():
+    space = enumerate_space().sample(40, seed=3)
+    cells = list(space)
+    cfg = NetworkConfig(input_size=96, stem_channels=16, num_stacks=2, modules_per_stack=2)
+    t = NB101Space(cfg).table(space)  # the columnar fast path
+    t_cell = NB101Space(scope="cell", cell_input=(16, 16, 32)).table(cells)
+    for i, c in enumerate(cells):
+        ref = network_costs(c, cfg)
+        assert (t.flops[i], t.params[i], t.peak_memory[i]) == (ref.flops, ref.params, ref.peak_memory_bytes)
+        ref = cell_costs(c, (16, 16, 32))
+        assert (t_cell.flops[i], t_cell.params[i], t_cell.peak_memory[i]) == (ref.flops, ref.params,
+                                                                              ref.peak_memory_bytes)
+
+
+def test_space_fast_path_equals_cell_path():
+    space = enumerate_space().sample(50, seed=4)
+    a, b = NB101Space().table(space), NB101Space().table(list(space))
+    for name in ("adjacency", "ops", "flops", "params", "peak_memory", "node_flops"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    # per-vertex FLOPs cover the modules; what is left (stem, downsampling, classifier) is the same for all
+    rest = a.flops - a.node_flops.sum(axis=1)
+    assert np.ptp(rest) == 0 and rest[0] > 0
