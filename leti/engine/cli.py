@@ -11,7 +11,7 @@ import typer
 
 from leti.errors import ConversionError
 
-engine_app = typer.Typer(help="LETI's own inference engine (.leti models, CPU backend).", no_args_is_help=True)
+engine_app = typer.Typer(help="LETI's own inference engine (.leti models; CPU and CUDA backends, hybrid plans).", no_args_is_help=True)
 
 
 def _progress():
@@ -30,12 +30,39 @@ def _load_graph(path: Path):
     return fmt.load(path)
 
 
-def _session(model: Path, threads: Optional[int], backend: str, scheme: Optional[str]):
+def _cost_model(table: Optional[Path], calibrate: bool):
+    from leti.engine.cost import AnalyticCostModel, LearnedCostModel
+
+    analytic = AnalyticCostModel(calibrate=calibrate)
+    return LearnedCostModel(table, fallback=analytic) if table is not None else analytic
+
+
+def _backends(backend: str, table: Optional[Path] = None, calibrate: bool = True):
+    """``auto`` → CUDA (if present) and CPU, planned by a cost model; ``cuda`` → CUDA with the CPU
+    taking what it declines; ``cpu`` → CPU with the reference fallback; else a comma list (``cpu:1,cpu:2``),
+    planned when a cost table is given or the list names one backend kind with several settings."""
+    from leti.engine.backends.cuda import available
+
+    spec = backend.strip().lower()
+    if spec == "auto":
+        names = ["cuda", "cpu"] if available() else ["cpu"]
+        return names, _cost_model(table, calibrate)
+    if spec == "cuda":
+        return ["cuda", "cpu", "reference"], None
+    if spec == "cpu":
+        return ["cpu", "reference"], None
+    names = [b.strip() for b in backend.split(",") if b.strip()]
+    plan = table is not None or any(":" in n for n in names)
+    return names, _cost_model(table, calibrate) if plan else None
+
+
+def _session(model: Path, threads: Optional[int], backend: str, scheme: Optional[str],
+             table: Optional[Path] = None, calibrate: bool = True, graphs: bool = True):
     from leti.engine.session import Session
 
     kw = {"conv_scheme": scheme} if scheme else {}
-    return Session(_load_graph(model), backends=tuple(b.strip() for b in backend.split(",")), threads=threads,
-                   **kw).resize()
+    names, cm = _backends(backend, table, calibrate)
+    return Session(_load_graph(model), backends=names, threads=threads, cost_model=cm, graphs=graphs, **kw).resize()
 
 
 def _random_feeds(s, seed: int = 0) -> dict:
@@ -84,17 +111,21 @@ def run(
     runs: int = typer.Option(50, help="Timed runs."),
     warmup: int = typer.Option(5, help="Untimed runs first (numba compiles on the first one)."),
     threads: Optional[int] = typer.Option(None, help="CPU threads (numba and BLAS); default: all."),
-    backend: str = typer.Option("cpu,reference", help="Backends in order of preference."),
+    backend: str = typer.Option("cpu", help="auto (CUDA+CPU planned by a cost model), cpu, cuda, or a list "
+                                             "in order of preference (cpu:1,cpu:2 = CPU with 1 and 2 threads)."),
     scheme: Optional[str] = typer.Option(None, help="Force a conv scheme: gemm, strassen, winograd, im2col."),
+    table: Optional[Path] = typer.Option(None, help="Op cost table (from 'profile --table') for planning."),
+    graphs: bool = typer.Option(True, "--graphs/--no-graphs", help="CUDA: replay captured CUDA graphs."),
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
 ) -> None:
     """Latency of a model on the engine (count, mean, std, min, max, median in ms).
 
     Example: leti engine run net.leti --runs 100 --threads 1
+    Example: leti engine run net.leti --backend auto
     """
     import time
 
-    s = _session(model, threads, backend, scheme)
+    s = _session(model, threads, backend, scheme, table, graphs=graphs)
     feeds = _random_feeds(s)
     samples = []
     with _progress() as prog:
@@ -108,7 +139,10 @@ def run(
     a = np.asarray(samples)
     stats = {"model": str(model), "count": int(a.size), "mean_ms": float(a.mean()),
              "std_ms": float(a.std(ddof=1)) if a.size > 1 else 0.0, "min_ms": float(a.min()),
-             "max_ms": float(a.max()), "median_ms": float(np.median(a)), "threads": threads}
+             "max_ms": float(a.max()), "median_ms": float(np.median(a)), "threads": threads,
+             "backends": sorted({st.backend.cost_key for st in s.steps})}
+    if s.plan is not None:
+        stats["predicted_ms"] = s.plan.total_ms
     if as_json:
         typer.echo(json.dumps(stats))
     else:
@@ -120,12 +154,15 @@ def profile(
     model: Path = typer.Argument(..., help=".leti or .tflite model."),
     runs: int = typer.Option(10, help="Runs per op (median)."),
     threads: Optional[int] = typer.Option(None, help="CPU threads."),
-    backend: str = typer.Option("cpu,reference", help="Backends in order of preference."),
+    backend: str = typer.Option("cpu", help="auto, cpu, cuda, or a list (cpu:1,cpu:2)."),
     scheme: Optional[str] = typer.Option(None, help="Force a conv scheme."),
+    table: Optional[Path] = typer.Option(None, "--table", help="Add the per-op times to this cost table "
+                                                                 "(JSON; created or extended)."),
 ) -> None:
-    """Per-op time, backend, chosen scheme and buffer sizes.
+    """Per-op time, backend, chosen scheme and buffer sizes; optionally fills a cost table.
 
     Example: leti engine profile net.leti --runs 20
+    Example: leti engine profile net.leti --backend cuda --table costs.json
     """
     from rich.console import Console
     from rich.table import Table
@@ -143,6 +180,47 @@ def profile(
     console = Console(width=200)
     console.print(t)
     console.print(f"total {total:.3f} ms; " + "; ".join(f"{d}: {p.summary()}" for d, p in s.memory.items()))
+    if table is not None:
+        from leti.engine.cost import OpTable
+        from leti.engine.cost.spec import op_spec
+
+        tab = OpTable.load(table) if table.exists() else OpTable()
+        added = 0
+        for st, r in zip(s.steps, rows):
+            if st.ctx is not None and not (st.execution is not None and st.execution.alias):
+                tab.add(st.backend.cost_key, op_spec(st.ctx), r["ms"])
+                added += 1
+        tab.save(table)
+        console.print(f"cost table {table}: {added} ops recorded, {len(tab)} entries")
+
+
+@engine_app.command("plan")
+def plan(
+    model: Path = typer.Argument(..., help=".leti or .tflite model."),
+    backend: str = typer.Option("auto", help="auto (CUDA+CPU if present), or a list such as cuda,cpu or cpu:1,cpu:2."),
+    table: Optional[Path] = typer.Option(None, help="Op cost table (from 'profile --table'): the learned model."),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
+                                   help="Analytic model: microbenchmark each backend once (cached) or MNN's constants."),
+    batch: Optional[int] = typer.Option(None, help="Plan for this batch size."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan summary as JSON."),
+) -> None:
+    """The hybrid plan: a backend per op minimising predicted latency, transfers included.
+
+    Example: leti engine plan net.leti --backend cpu:1,cpu:2 --no-calibrate
+    Example: leti engine plan net.leti --backend cuda,cpu --table costs.json
+    """
+    from leti.engine.session import Session
+
+    names, cm = _backends(backend, table, calibrate)
+    if cm is None:
+        cm = _cost_model(table, calibrate)
+    g = _load_graph(model)
+    shapes = {t: (batch,) + tuple(g.tensors[t].shape[1:]) for t in g.inputs} if batch else None
+    s = Session(g, backends=names, cost_model=cm).resize(shapes)
+    if as_json:
+        typer.echo(json.dumps({**s.plan.summary(), "assignment": s.plan.assignment()}))
+    else:
+        typer.echo(s.plan.format())
 
 
 @engine_app.command("info")

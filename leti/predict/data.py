@@ -38,9 +38,25 @@ class DeviceData:
     latency_ms: np.ndarray
 
 
+def measured_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (device, cell) from a ``leti export`` dataset, whose rows are measurement passes.
+
+    ``latency_ms`` is the mean of the passes' mean latencies (the export already left out cells whose
+    passes disagree); ``device`` is the campaign's ``device_id`` plus its backend. Tables that already
+    have ``latency_ms`` are returned unchanged.
+    """
+    if "latency_ms" in frame.columns or not {"hash", "mean_ms", "pass", "device_id"} <= set(frame.columns):
+        return frame
+    f = frame.assign(device=frame["device_id"].astype(str) + (":" + frame["backend"].astype(str)
+                                                               if "backend" in frame.columns else ""))
+    first = f.groupby(["device", "hash"], sort=False).first().reset_index()
+    latency = f.groupby(["device", "hash"], sort=False)["mean_ms"].mean().rename("latency_ms").reset_index()
+    return first.drop(columns=["mean_ms"]).merge(latency, on=["device", "hash"])
+
+
 def load_dataset(path: str | Path, device: str | None = None) -> list[DeviceData]:
     """One :class:`DeviceData` per device of the file (only ``device`` when given)."""
-    frame = read_table(path)
+    frame = measured_cells(read_table(path))
     if "latency_ms" not in frame.columns:
         raise DatasetError(f"{path}: no 'latency_ms' column (columns: {', '.join(map(str, frame.columns))})")
     if "device" in frame.columns:

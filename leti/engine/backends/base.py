@@ -93,8 +93,13 @@ class Backend(ABC):
         return buffer[offset: offset + nbytes].view(dtype).reshape(shape)
 
     def copy_in(self, src: np.ndarray, src_backend: Backend, dst: np.ndarray) -> None:
-        """Copy a tensor held by ``src_backend`` into ``dst`` (held by this backend)."""
-        np.copyto(dst, src_backend.to_host(src))
+        """Copy a tensor held by ``src_backend`` into ``dst`` (held by this backend). A device
+        backend with ``copy_out(src, host_dst)`` writes straight into ``dst`` (no temporary)."""
+        copy_out = getattr(src_backend, "copy_out", None)
+        if copy_out is not None and src_backend is not self:
+            copy_out(src, dst)
+        else:
+            np.copyto(dst, src_backend.to_host(src))
 
     def to_host(self, array) -> np.ndarray:
         return array
@@ -105,15 +110,42 @@ class Backend(ABC):
     def end_run(self) -> None:
         """Called after each run (synchronisation)."""
 
+    def synchronize(self) -> None:
+        """Wait until the work submitted so far is done (host backends: nothing to wait for)."""
+
+    @property
+    def cost_key(self) -> str:
+        """Identifies this backend *and* its settings for cost models (``cpu:t2``, ``cuda``)."""
+        return f"{self.name}:t{self.threads}" if self.threads else self.name
+
+
+class HostBackend(Backend):
+    """Host memory that runs no op: it owns graph inputs and the host copies of outputs when no
+    host backend is in the session's list (a CUDA-only session)."""
+
+    name = "host"
+
+    def create_execution(self, ctx: OpContext) -> Execution | None:
+        return None
+
 
 #: name -> "module:Class", imported on first use so optional backends cost nothing.
 BACKENDS = {"cpu": "leti.engine.backends.cpu:CPUBackend",
-            "reference": "leti.engine.backends.reference:ReferenceBackend"}
+            "reference": "leti.engine.backends.reference:ReferenceBackend",
+            "cuda": "leti.engine.backends.cuda:CudaBackend"}
 
 
 def get_backend(name: str, **options) -> Backend:
+    """A backend by registry name; ``"cpu:2"`` is the CPU backend with 2 threads (any ``name:N``
+    sets ``threads=N``). Backend instances pass through unchanged."""
     if isinstance(name, Backend):
         return name
+    if ":" in name:
+        name, _, threads = name.partition(":")
+        try:
+            options = {**options, "threads": int(threads)}
+        except ValueError:
+            raise ConversionError(f"bad backend {name}:{threads!r}; use NAME or NAME:THREADS") from None
     try:
         target = BACKENDS[name]
     except KeyError:

@@ -1,0 +1,190 @@
+"""The CUDA backend (CuPy): the CPU backend's ops on an NVIDIA GPU, one device arena, CUDA graphs.
+
+* **Memory**: one device arena per session (``acquire``), laid out by the memory planner; every
+  tensor is a view into it, so a run allocates nothing.
+* **Preparation–execution split, the GPU way**: the session's ``resize()`` calls :meth:`capture`
+  for each run of consecutive CUDA steps: the steps run once eagerly (NVRTC compiles kernels,
+  cuBLAS sets up), then are recorded into a CUDA graph on the backend's stream; ``run()`` replays
+  the graph, one launch instead of one per kernel. ``Session(..., graphs=False)`` runs the kernels
+  one by one instead (to measure what the graph gives).
+* **Copies**: host↔device with CuPy on the backend's stream (pageable host memory); they stay
+  outside the graphs.
+* **Timing** (:meth:`time_step`): one step captured ``repeats`` times into a graph and timed with
+  CUDA events, so a per-op time excludes Python launch overhead, as in a graph replay.
+
+``tf32=True`` lets cuBLAS use TF32 tensor cores (faster, ~1e-3 relative error); default FP32.
+Constructing the backend without CuPy or a GPU raises :class:`~leti.errors.DeviceError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leti.engine.backends.base import Backend, Execution, OpContext
+from leti.errors import DeviceError
+
+try:
+    import cupy as cp
+except Exception:  # noqa: BLE001 - any import failure means "no CUDA backend here"
+    cp = None
+
+
+def available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    if cp is None:
+        return False
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no driver, no device
+        return False
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    memory_domain = "cuda"
+
+    def __init__(self, threads: int | None = None, device: int = 0, tf32: bool = False, **options):
+        super().__init__(None, **options)  # threads mean nothing on a GPU
+        if not available():
+            raise DeviceError("the CUDA backend needs CuPy and an NVIDIA GPU; none was found")
+        from cupy_backends.cuda.libs import cublas
+
+        from leti.engine.backends.cuda import blas, ops
+
+        blas.lib()  # cuBLAS through ctypes (CuPy's wrappers refuse graph capture); fails early here
+        self._ops = ops
+        self.device = cp.cuda.Device(device)
+        self.device.use()
+        self.stream = cp.cuda.Stream(non_blocking=False)
+        self.handle = cublas.create()
+        self.tf32 = tf32
+        try:
+            cublas.setMathMode(self.handle, 3 if tf32 else 0)  # CUBLAS_TF32_TENSOR_OP_MATH / DEFAULT
+        except Exception:  # noqa: BLE001 - older cuBLAS: default math
+            pass
+        props = cp.cuda.runtime.getDeviceProperties(device)
+        name = props["name"]
+        self.device_name = name.decode() if isinstance(name, bytes) else str(name)
+        self.capture_error: str | None = None
+        self._prev = None
+
+    @property
+    def cost_key(self) -> str:
+        return "cuda:tf32" if self.tf32 else "cuda"
+
+    def create_execution(self, ctx: OpContext) -> Execution | None:
+        factory = self._ops.FACTORIES.get(ctx.node.op)
+        if factory is None or any(d != "float32" for d in ctx.dtypes):
+            return None
+        with self.device:
+            return factory(ctx, self)
+
+    # ---- memory ----------------------------------------------------------------------------
+    def acquire(self, nbytes: int):
+        with self.device:
+            return cp.zeros(nbytes, dtype=cp.uint8)
+
+    def view(self, buffer, offset: int, shape, dtype):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return buffer[offset: offset + nbytes].view(dtype).reshape(shape)
+
+    def copy_in(self, src, src_backend: Backend, dst) -> None:
+        if isinstance(src, cp.ndarray):
+            cp.copyto(dst, src)
+        else:
+            dst.set(np.ascontiguousarray(src_backend.to_host(src)), stream=self.stream)
+
+    def copy_out(self, src, dst: np.ndarray) -> None:
+        """Device → host straight into the host arena's view (no temporary host array)."""
+        src.get(stream=self.stream, out=dst)
+        self.stream.synchronize()
+
+    def to_host(self, array) -> np.ndarray:
+        if not isinstance(array, cp.ndarray):
+            return array
+        out = array.get(stream=self.stream)
+        self.stream.synchronize()
+        return out
+
+    # ---- running ---------------------------------------------------------------------------
+    def begin_run(self) -> None:
+        self._prev = cp.cuda.get_current_stream()
+        self.stream.use()
+
+    def end_run(self) -> None:
+        self.stream.synchronize()
+        if self._prev is not None:
+            self._prev.use()
+            self._prev = None
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def _graph(self, calls):
+        """Run ``calls`` once, then record them into a CUDA graph on the backend's stream."""
+        with self.device, self.stream:
+            for c in calls:
+                c()
+            self.device.synchronize()
+            self.stream.begin_capture()
+            try:
+                for c in calls:
+                    c()
+            finally:
+                graph = self.stream.end_capture()
+        return graph
+
+    def capture(self, steps):
+        """One replayable callable for ``steps`` (see the module docstring), or None if the
+        capture failed (the reason is kept in :attr:`capture_error`; the steps then run eagerly)."""
+        try:
+            graph = self._graph(steps)
+        except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager launches
+            self.capture_error = f"{type(exc).__name__}: {exc}"
+            self.stream.synchronize()
+            return None
+        stream = self.stream
+
+        def replay() -> None:
+            graph.launch(stream)
+
+        return replay
+
+    def time_step(self, step, runs: int = 10, repeats: int = 10) -> float:
+        """Median ms of one step, from CUDA events around a graph of ``repeats`` copies of it."""
+        calls = [step] * repeats
+        timed = None
+        if step.copy_from is None:
+            try:
+                graph = self._graph(calls)
+                timed = lambda: graph.launch(self.stream)
+            except Exception:  # noqa: BLE001
+                timed = None
+        if timed is None:
+            def timed():
+                for c in calls:
+                    c()
+        with self.device, self.stream:
+            timed()
+            ts = []
+            for _ in range(runs):
+                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                e0.record(self.stream)
+                timed()
+                e1.record(self.stream)
+                e1.synchronize()
+                ts.append(cp.cuda.get_elapsed_time(e0, e1) / repeats)
+        return float(np.median(ts))
+
+    def close(self) -> None:
+        from cupy_backends.cuda.libs import cublas
+
+        if getattr(self, "handle", None):
+            cublas.destroy(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

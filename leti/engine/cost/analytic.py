@@ -1,0 +1,194 @@
+"""MNN's analytic backend cost (MNN §3.3, Appendix C), calibrated on the machine and cached.
+
+    C_op = MUL / FLOPS × 1000            on a CPU   (ms; MUL from :mod:`leti.engine.cost.spec`)
+    C_op = MUL / FLOPS × 1000 + t_schedule   on a GPU (any backend whose memory is not the host's)
+
+**Calibration** (``calibrate=True``, at the first use of a backend, cached in a JSON file keyed by
+host, backend settings and device): FLOPS is MUL per second of a 3×3 convolution (1×32×32×64 →
+64) run alone on the backend; t_schedule is the time per op of a chain of 32 ReLUs on an 8-value
+tensor (what a launch costs when there is nothing to compute), and the difference between a
+one-ReLU run and that is ``t_run`` — the fixed cost of a run (begin and end, a graph launch, the
+final synchronisation), added once per run by :meth:`~AnalyticCostModel.run_overhead`; ``bandwidth`` — bytes per second of
+an add of two 1 MB tensors — feeds the optional ``memory_term``. GPU FLOPS has t_schedule
+subtracted. Microbenchmarks run through :class:`~leti.engine.session.Session` with ``io=False``, so
+on CUDA they time the captured graph, as a run would.
+
+**Fixed fallbacks** (``calibrate=False``, MNN's Appendix C): CPU FLOPS = the sum of the ``threads``
+largest per-core maximum frequencies (Linux ``cpufreq``), else 2×10⁹; GPU FLOPS 4×10⁹ and
+t_schedule 0.05 ms (MNN's OpenCL/OpenGL value; CUDA launches are the same kind of call).
+
+Two extensions, off by default so that the model stays MNN's: ``cpu_overhead`` adds the calibrated
+per-op overhead on CPUs too (a Python engine pays one), ``memory_term`` takes
+``max(MUL/FLOPS, bytes/bandwidth)`` (ops with little arithmetic are memory-bound).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from leti.engine.backends.base import Backend
+from leti.engine.cost.base import CostModel
+from leti.engine.cost.spec import OpSpec, op_spec
+
+CPU_FLOPS_FALLBACK = 2e9
+GPU_FLOPS_FALLBACK = 4e9
+GPU_T_SCHEDULE_MS = 0.05
+BANDWIDTH_FALLBACK = {"cpu": 5e9, "gpu": 100e9}
+CACHE_VERSION = 2
+
+
+def default_cache() -> Path:
+    root = os.environ.get("LETI_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "leti")
+    return Path(root) / "engine_costs.json"
+
+
+def is_gpu(backend: Backend) -> bool:
+    return backend.memory_domain != "host"
+
+
+def cpu_max_frequencies(root: str | os.PathLike = "/sys/devices/system/cpu") -> list[float]:
+    """Per-core maximum frequencies in Hz, largest first ([] where the OS does not expose them)."""
+    freqs = []
+    for f in sorted(Path(root).glob("cpu[0-9]*/cpufreq/cpuinfo_max_freq")):
+        try:
+            freqs.append(float(f.read_text().strip()) * 1e3)  # kHz
+        except (OSError, ValueError):
+            continue
+    return sorted(freqs, reverse=True)
+
+
+def fallback_params(backend: Backend, sysfs: str | os.PathLike = "/sys/devices/system/cpu") -> dict:
+    if is_gpu(backend):
+        return {"flops": GPU_FLOPS_FALLBACK, "t_schedule_ms": GPU_T_SCHEDULE_MS,
+                "bandwidth": BANDWIDTH_FALLBACK["gpu"], "source": "fallback"}
+    k = backend.threads or os.cpu_count() or 1
+    freqs = cpu_max_frequencies(sysfs)
+    flops = float(sum(freqs[:k])) if freqs else CPU_FLOPS_FALLBACK
+    return {"flops": flops, "t_schedule_ms": 0.0, "bandwidth": BANDWIDTH_FALLBACK["cpu"], "source": "fallback"}
+
+
+def _device_id(backend: Backend) -> str:
+    name = getattr(backend, "device_name", None) or f"{platform.machine()} x{os.cpu_count()}"
+    return f"{platform.node()}|{backend.cost_key}|{name}"
+
+
+def _single_op_graph(op: str, shape, consts=(), n: int = 1, **attrs):
+    from leti.engine.graph import Graph
+
+    g = Graph()
+    g.add_tensor("x", shape)
+    g.inputs = ["x"]
+    names = [g.add_constant(f"c{i}", c) for i, c in enumerate(consts)]
+    prev = "x"
+    for i in range(n):
+        out = f"y{i}"
+        g.add_tensor(out, shape if op != "conv2d" else shape[:3] + (consts[0].shape[3],))
+        g.add_node(op, [prev, *names], [out], **attrs)
+        prev = out
+    g.outputs = [prev]
+    return g
+
+
+def _median_run_ms(session, runs: int) -> float:
+    session.run({t: np.zeros(session.shapes[t], np.float32) for t in session.graph.inputs})
+    session.run(io=False)
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        session.run(io=False)
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e3)
+
+
+def calibrate_backend(backend: Backend, runs: int = 7) -> dict:
+    """Measure FLOPS, t_schedule and bandwidth of ``backend`` (see the module docstring)."""
+    from leti.engine.session import Session
+
+    rng = np.random.default_rng(0)
+    chain = 32
+    relu = Session(_single_op_graph("relu", (1, 1, 1, 8), n=chain), backends=[backend], optimize=False).resize()
+    t_chain = _median_run_ms(relu, runs)
+    one = Session(_single_op_graph("relu", (1, 1, 1, 8), n=1), backends=[backend], optimize=False).resize()
+    t_one = _median_run_ms(one, runs)
+    t_sched = max((t_chain - t_one) / (chain - 1), 1e-5)  # per op, without the run's fixed cost
+    t_run = max(t_one - t_sched, 0.0)
+    w = (rng.standard_normal((3, 3, 64, 64)) * 0.05).astype(np.float32)
+    conv = Session(_single_op_graph("conv2d", (1, 32, 32, 64), [w], padding="same"), backends=[backend],
+                   optimize=False).resize()
+    mul = op_spec(next(st.ctx for st in conv.steps if st.op == "conv2d")).mul
+    t_conv = _median_run_ms(conv, runs) - (t_sched if is_gpu(backend) else 0.0)
+    shape = (1, 64, 64, 64)
+    add = Session(_single_op_graph("add", shape, [rng.standard_normal(shape).astype(np.float32)]),
+                  backends=[backend], optimize=False).resize()
+    t_add = max(_median_run_ms(add, runs) - (t_sched if is_gpu(backend) else 0.0), 1e-4)
+    return {"flops": mul / max(t_conv, 1e-4) * 1e3, "t_schedule_ms": t_sched, "t_run_ms": t_run,
+            "bandwidth": 3 * 4 * float(np.prod(shape)) / t_add * 1e3, "source": "calibrated"}
+
+
+class AnalyticCostModel(CostModel):
+    """MNN's C_op (module docstring). ``params`` fixes a backend's ``{"flops", "t_schedule_ms",
+    "bandwidth"}`` by its ``cost_key`` (tests, or parameters measured elsewhere)."""
+
+    name = "mnn"
+
+    def __init__(self, calibrate: bool = True, cache: str | os.PathLike | None = None, params: dict | None = None,
+                 cpu_overhead: bool = False, memory_term: bool = False, transfers=None):
+        self.calibrate = calibrate
+        self.cache = Path(cache) if cache is not None else default_cache()
+        self.params = dict(params or {})
+        self.cpu_overhead = cpu_overhead
+        self.memory_term = memory_term
+        if transfers is not None:
+            self.transfers = transfers
+
+    # ---- parameters ------------------------------------------------------------------------
+    def _read_cache(self) -> dict:
+        try:
+            data = json.loads(self.cache.read_text())
+            return data.get("entries", {}) if data.get("version") == CACHE_VERSION else {}
+        except (OSError, ValueError, AttributeError):
+            return {}  # a missing or unreadable cache is recalibrated, never fatal
+
+    def _write_cache(self, key: str, params: dict) -> None:
+        entries = self._read_cache()
+        entries[key] = params
+        self.cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))
+        tmp.replace(self.cache)
+
+    def backend_params(self, backend: Backend) -> dict:
+        key = backend.cost_key
+        if key in self.params:
+            return self.params[key]
+        if not self.calibrate:
+            p = fallback_params(backend)
+        else:
+            dev = _device_id(backend)
+            p = self._read_cache().get(dev)
+            if p is None:
+                p = calibrate_backend(backend)
+                self._write_cache(dev, p)
+        self.params[key] = p
+        return p
+
+    # ---- the model -------------------------------------------------------------------------
+    def run_overhead(self, backends) -> float:
+        """The calibrated fixed cost of a run (``t_run_ms``: a one-op run minus its op), summed
+        over the session's backends (each one's begin/end of run happens every run)."""
+        return float(sum(self.backend_params(b).get("t_run_ms", 0.0) for b in backends))
+
+    def op_cost(self, spec: OpSpec, backend: Backend) -> float:
+        p = self.backend_params(backend)
+        ms = spec.mul / p["flops"] * 1e3
+        if self.memory_term:
+            ms = max(ms, (spec.bytes_in + spec.bytes_out) / p["bandwidth"] * 1e3)
+        if is_gpu(backend) or self.cpu_overhead:
+            ms += p["t_schedule_ms"]
+        return float(ms)

@@ -1,0 +1,228 @@
+"""The learned cost model: a per-op lookup table filled by profiling, and a regressor over op
+configurations so that ops never profiled still get a cost.
+
+* :class:`OpTable` — measured ms per (backend ``cost_key``, op configuration key), filled from
+  :meth:`Session.profile <leti.engine.session.Session.profile>` (``leti engine profile --table``),
+  saved as JSON (never pickled). It keeps each entry's features so a regressor can be trained from
+  the table alone.
+* the regressor — by default :class:`LeastSquares`, one log-log linear model per backend and op
+  family (``op|scheme``): ``log ms ≈ w · [1, log MUL, log bytes in, log bytes out]``, with a small
+  ridge term so that tiny groups stay well posed; families with too few samples use a model pooled
+  over the backend. ``regressor`` may instead be any scikit-learn-style estimator (``fit(X, y)``,
+  ``predict(X)``) or the name of a :mod:`leti.predict` family that trains on feature matrices;
+  those are fitted once per backend on the pooled features plus a one-hot of the op family.
+* ops neither in the table nor covered by the regressor go to ``fallback`` (by default MNN's
+  analytic model with its fixed constants).
+
+``op_cost`` counts where each answer came from in :attr:`LearnedCostModel.sources`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from leti.engine.backends.base import Backend
+from leti.engine.cost.base import CostModel
+from leti.engine.cost.spec import OpSpec, op_spec
+from leti.errors import CorruptModelError, LetiError
+
+TABLE_FORMAT = "leti-op-table"
+
+
+class OpTable:
+    """Measured op latencies: ``entries[cost_key][spec_key] = {"ms", "family", "x"}``."""
+
+    def __init__(self, entries: dict | None = None):
+        self.entries: dict[str, dict[str, dict]] = entries or {}
+
+    def add(self, cost_key: str, spec: OpSpec, ms: float) -> None:
+        if not np.isfinite(ms) or ms < 0:
+            raise LetiError(f"op time {ms} for {spec.key} is not a duration")
+        self.entries.setdefault(cost_key, {})[spec.key] = {"ms": float(ms), "family": spec.family,
+                                                             "x": spec.features().tolist()}
+
+    def get(self, cost_key: str, spec: OpSpec) -> float | None:
+        e = self.entries.get(cost_key, {}).get(spec.key)
+        return None if e is None else e["ms"]
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.entries.values())
+
+    def record(self, session, runs: int = 10) -> int:
+        """Profile ``session`` (resized) and add every op step; returns how many were added."""
+        rows = session.profile(runs=runs)
+        added = 0
+        for st, row in zip(session.steps, rows):
+            if st.ctx is not None and not (st.execution is not None and st.execution.alias):
+                self.add(st.backend.cost_key, op_spec(st.ctx), row["ms"])
+                added += 1
+        return added
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps({"format": TABLE_FORMAT, "version": 1, "entries": self.entries}))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> OpTable:
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise CorruptModelError(f"{path}: cannot read op table ({exc.strerror})") from None
+        except ValueError:
+            raise CorruptModelError(f"{path}: op table is not JSON") from None
+        if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT or not isinstance(data.get("entries"), dict):
+            raise CorruptModelError(f"{path}: not a LETI op table (format {TABLE_FORMAT!r})")
+        try:
+            entries = {str(b): {str(k): {"ms": float(e["ms"]), "family": str(e["family"]),
+                                         "x": [float(v) for v in e["x"]]} for k, e in ops.items()}
+                       for b, ops in data["entries"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CorruptModelError(f"{path}: malformed op table entry") from None
+        return cls(entries)
+
+    @classmethod
+    def merge(cls, *tables: OpTable) -> OpTable:
+        out = cls()
+        for t in tables:
+            for b, ops in t.entries.items():
+                out.entries.setdefault(b, {}).update(ops)
+        return out
+
+
+class LeastSquares:
+    """Ridge-regularised linear least squares (scikit-learn conventions: ``fit`` returns self,
+    learned state ends in ``_``). The first column of ``X`` is expected to be the constant."""
+
+    def __init__(self, ridge: float = 1e-3):
+        self.ridge = ridge
+
+    def fit(self, X, y) -> LeastSquares:
+        X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+        reg = self.ridge * np.eye(X.shape[1])
+        reg[0, 0] = 0.0  # the intercept is not shrunk
+        self.coef_ = np.linalg.solve(X.T @ X + reg, X.T @ y)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        return np.asarray(X, np.float64) @ self.coef_
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {"ridge": self.ridge}
+
+
+class _PredictAdapter:
+    """A :mod:`leti.predict` family used as a feature-matrix regressor (it must expose
+    ``fit_features``/``predict_features``, or the boosting families' ``_train``/``_raw_predict``)."""
+
+    def __init__(self, name: str):
+        from leti.predict.base import make_predictor
+
+        self.name = name
+        self.model = make_predictor(name)
+        fit = getattr(self.model, "fit_features", None) or getattr(self.model, "_train", None)
+        pred = getattr(self.model, "predict_features", None) or getattr(self.model, "_raw_predict", None)
+        if fit is None or pred is None:
+            raise LetiError(f"leti.predict family {name!r} does not train on feature vectors")
+        self._fit, self._pred = fit, pred
+
+    def fit(self, X, y):
+        self._fit(np.asarray(X, np.float64), np.asarray(y, np.float64))
+        return self
+
+    def predict(self, X):
+        return np.asarray(self._pred(np.asarray(X, np.float64)), np.float64)
+
+
+def _make(regressor):
+    if regressor == "lsq":
+        return LeastSquares()
+    if isinstance(regressor, str):
+        return _PredictAdapter(regressor)
+    from sklearn.base import clone
+
+    return clone(regressor)
+
+
+class LearnedCostModel(CostModel):
+    """Table first, regressor second, ``fallback`` last (module docstring)."""
+
+    name = "learned"
+
+    def __init__(self, table: OpTable | str | os.PathLike | None = None, regressor="lsq", fallback=None,
+                 min_samples: int = 3, transfers=None):
+        self.table = table if isinstance(table, OpTable) else OpTable.load(table) if table is not None else OpTable()
+        self.regressor = regressor
+        if fallback is None:
+            from leti.engine.cost.analytic import AnalyticCostModel
+
+            fallback = AnalyticCostModel(calibrate=False)
+        self.fallback = fallback
+        self.min_samples = min_samples
+        if transfers is not None:
+            self.transfers = transfers
+        self.sources = {"table": 0, "regressor": 0, "fallback": 0}
+        self._models: dict | None = None
+
+    def fit(self) -> LearnedCostModel:
+        """Train the regressor(s) on the table; called on first use, and again after the table grows."""
+        self._models = {}
+        width = len(OpSpec("x", "x", (), (), "", 0.0, 0.0, 0.0).features())
+        for key, ops in self.table.entries.items():
+            ops = {k: e for k, e in ops.items() if len(e["x"]) == width}  # entries of another feature set
+            if not ops:
+                continue
+            fams = sorted({e["family"] for e in ops.values()})
+            X = np.array([e["x"] for e in ops.values()])
+            y = np.log(np.maximum([e["ms"] for e in ops.values()], 1e-6))
+            fam = np.array([e["family"] for e in ops.values()])
+            if self.regressor == "lsq":
+                groups = {f: LeastSquares().fit(X[fam == f], y[fam == f]) for f in fams
+                          if (fam == f).sum() >= self.min_samples}
+                pooled = LeastSquares().fit(X, y) if len(y) >= self.min_samples else None
+                self._models[key] = ("lsq", groups, pooled)
+            elif len(y) >= self.min_samples:
+                onehot = (fam[:, None] == np.array(fams)[None, :]).astype(np.float64)
+                self._models[key] = ("pooled", fams, _make(self.regressor).fit(np.hstack([X, onehot]), y))
+        return self
+
+    def _regress(self, key: str, spec: OpSpec) -> float | None:
+        if self._models is None:
+            self.fit()
+        m = self._models.get(key)
+        if m is None:
+            return None
+        x = spec.features()[None, :]
+        if m[0] == "lsq":
+            _, groups, pooled = m
+            model = groups.get(spec.family, pooled)
+            if model is None:
+                return None
+            return float(np.exp(model.predict(x)[0]))
+        _, fams, model = m
+        onehot = np.array([[float(spec.family == f) for f in fams]])
+        if not onehot.any():
+            return None  # an op family the regressor never saw: leave it to the fallback
+        return float(np.exp(model.predict(np.hstack([x, onehot]))[0]))
+
+    def run_overhead(self, backends) -> float:
+        return self.fallback.run_overhead(backends)
+
+    def op_cost(self, spec: OpSpec, backend: Backend) -> float:
+        ms = self.table.get(backend.cost_key, spec)
+        if ms is not None:
+            self.sources["table"] += 1
+            return ms
+        ms = self._regress(backend.cost_key, spec)
+        if ms is not None:
+            self.sources["regressor"] += 1
+            return ms
+        self.sources["fallback"] += 1
+        return self.fallback.op_cost(spec, backend)
