@@ -38,6 +38,31 @@ class DeviceData:
     latency_ms: np.ndarray
 
 
+def file_space(path: str | Path):
+    """The NB101 space a LETI Parquet file describes (``leti generate`` tables and ``leti export``
+    datasets record their model: one cell on an input shape, or a stacked network), else ``None``."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from leti.generate.network import NetworkConfig
+    from leti.predict.spaces import NB101Space
+
+    try:
+        meta = (pq.read_schema(path).metadata or {}).get(b"leti")
+    except Exception:  # CSV or unreadable: read_table reports the latter
+        return None
+    if not meta:
+        return None
+    info = json.loads(meta)
+    spec = info.get("model") or info.get("model_spec") or {}
+    if spec.get("kind") == "cell":
+        return NB101Space(scope="cell", cell_input=tuple(spec["input_shape"]))
+    if spec.get("kind") == "network":
+        return NB101Space(NetworkConfig(**spec["config"]))
+    return None
+
+
 def measured_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (device, cell) from a ``leti export`` dataset, whose rows are measurement passes.
 
@@ -57,6 +82,7 @@ def measured_cells(frame: pd.DataFrame) -> pd.DataFrame:
 def load_dataset(path: str | Path, device: str | None = None) -> list[DeviceData]:
     """One :class:`DeviceData` per device of the file (only ``device`` when given)."""
     frame = measured_cells(read_table(path))
+    space = file_space(path)
     if "latency_ms" not in frame.columns:
         raise DatasetError(f"{path}: no 'latency_ms' column (columns: {', '.join(map(str, frame.columns))})")
     if "device" in frame.columns:
@@ -76,5 +102,5 @@ def load_dataset(path: str | Path, device: str | None = None) -> list[DeviceData
             y = check_latency(sub["latency_ms"].to_numpy(), len(sub))
         except DatasetError as exc:
             raise DatasetError(f"{path} (device {name}): {exc}") from None
-        out.append(DeviceData(name, as_table(sub.reset_index(drop=True)), y))
+        out.append(DeviceData(name, as_table(sub.reset_index(drop=True), space), y))
     return out
