@@ -419,22 +419,17 @@ def summarize(store: CampaignStore, max_pass_spread: float = 0.10) -> dict:
 
 
 EXPORT_COLUMNS = ("hash", "matrix", "ops", "flops", "params", "peak_memory_bytes", "device_id", "backend",
-                  "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "runs", "pass", "stable", "attempts",
-                  "delegation", "mem_init_mb", "mem_overall_mb", "mem_peak_mb", "temperature_c", "cooldown_s",
-                  "started_at", "finished_at", "tool_versions")
+                  "runtime", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "runs", "pass", "stable",
+                  "attempts", "delegation", "mem_init_mb", "mem_overall_mb", "mem_peak_mb", "temperature_c",
+                  "cooldown_s", "started_at", "finished_at", "tool_versions")
+#: Rows of one export must be unique on these (several campaigns may be exported into one file).
+ROW_KEY = ["hash", "pass", "device_id", "backend", "runtime"]
 
 
-def export_dataset(db: str | os.PathLike, out: str | os.PathLike, max_pass_spread: float = 0.10) -> dict:
-    """Write the Parquet dataset (successful rows of cells whose passes agree) and its device info.
-
-    Beside ``out``: ``<stem>.device.json`` (device info, protocol, tool versions, summary) and
-    ``<stem>.README.md`` (datasheet). Returns the summary.
-    """
+def _campaign_frame(db: str | os.PathLike, max_pass_spread: float):
+    """One campaign's exportable rows, and its sidecar (device info, protocol, summary)."""
     import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    out = Path(out)
     with CampaignStore.open_existing(db) as store:
         meta = store.meta()
         summary = summarize(store, max_pass_spread)
@@ -445,12 +440,53 @@ def export_dataset(db: str | os.PathLike, out: str | os.PathLike, max_pass_sprea
     df["matrix"] = [json.loads(x) for x in df["matrix"]]
     df["ops"] = [json.loads(x) for x in df["ops"]]
     df["stable"] = df["stable"].astype(bool)
+    # devices that name no runtime (local, adb) run .tflite files through TFLite
+    df["runtime"] = meta.get("device_info", {}).get("runtime", "tflite")
     df["tool_versions"] = json.dumps(meta.get("tool_versions", {}), sort_keys=True)
-    df = df.sort_values(["hash", "pass"]).reset_index(drop=True)[list(EXPORT_COLUMNS)]
     summary["exported_rows"] = int(len(df))
     sidecar = {"device": meta.get("device_info", {}), "protocol": meta.get("protocol", {}),
                "passes": meta.get("passes"), "model_spec": meta.get("model_spec", {}),
                "tool_versions": meta.get("tool_versions", {}), "summary": summary, "source_db": str(db)}
+    return df, sidecar
+
+
+def export_dataset(db: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
+                   max_pass_spread: float = 0.10) -> dict:
+    """Write the Parquet dataset (successful rows of cells whose passes agree) and its device info.
+
+    ``db`` is one campaign database or several (e.g. one GPU through two runtimes, or a campaign run
+    in parts): their rows are concatenated, and must not repeat a (hash, pass, device, backend,
+    runtime). Beside ``out``: ``<stem>.device.json`` (device info, protocol, tool versions, summary;
+    with several campaigns a ``campaigns`` list of those) and ``<stem>.README.md`` (datasheet).
+    Returns the summary (summed over the campaigns).
+    """
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(out)
+    dbs = [db] if isinstance(db, (str, os.PathLike)) else list(db)
+    if not dbs:
+        raise DatasetError("no campaign database to export")
+    parts = [_campaign_frame(d, max_pass_spread) for d in dbs]
+    df = pd.concat([f for f, _ in parts], ignore_index=True)
+    dup = df.duplicated(ROW_KEY)
+    if dup.any():
+        r = df[dup].iloc[0]
+        raise DatasetError(f"the campaigns overlap: cell {r['hash'][:12]} pass {r['pass']} on {r['device_id']} "
+                           f"({r['runtime']}) is in more than one of {', '.join(map(str, dbs))}")
+    df = df.sort_values(["runtime", "device_id", "hash", "pass"]).reset_index(drop=True)[list(EXPORT_COLUMNS)]
+    if len(parts) == 1:
+        sidecar = parts[0][1]
+        summary = sidecar["summary"]
+    else:
+        sides = [s for _, s in parts]
+        summary = {"campaigns": len(sides), "exported_rows": int(len(df)),
+                   "cells": int(df["hash"].nunique()) if len(df) else 0,
+                   "flagged": sorted({h for s in sides for h in s["summary"]["flagged"]}),
+                   "max_pass_spread": max_pass_spread,
+                   "unstable": sum(s["summary"]["unstable"] for s in sides)}
+        sidecar = {"campaigns": sides, "summary": summary}
     table = pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            b"leti": json.dumps(sidecar, sort_keys=True).encode()})
@@ -459,7 +495,13 @@ def export_dataset(db: str | os.PathLike, out: str | os.PathLike, max_pass_sprea
     pq.write_table(table, tmp)
     os.replace(tmp, out)
     out.with_name(out.stem + ".device.json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
-    out.with_name(out.stem + ".README.md").write_text(_datasheet(out.name, sidecar, df))
+    if len(parts) == 1:
+        sheets = [_datasheet(out.name, parts[0][1], parts[0][0])]
+    else:  # one section per campaign
+        sheets = [f"# {out.name}: {len(df)} rows from {len(parts)} campaigns\n"] + [
+            "#" + _datasheet(f"campaign {i} ({s['device'].get('id', '?')}, {s['device'].get('runtime', 'tflite')})",
+                             s, f) for i, (f, s) in enumerate(parts, 1)]
+    out.with_name(out.stem + ".README.md").write_text("\n".join(sheets))
     return summary
 
 
@@ -470,7 +512,8 @@ def _datasheet(name: str, side: dict, df) -> str:
                      for k, v in s["pass_correlation"].items()) or "n/a (fewer than two passes or three cells)"
     lines = [
         f"# {name}: latency measured by `leti measure`", "",
-        f"**Device:** {dev.get('id', '?')} ({dev.get('model', '?')}), backend {dev.get('backend', '?')}.  ",
+        f"**Device:** {dev.get('id', '?')} ({dev.get('model', '?')}), backend {dev.get('backend', '?')}, "
+        f"runtime {dev.get('runtime', 'tflite')}.  ",
         f"**Protocol:** {json.dumps(side['protocol'], sort_keys=True)}, {side['passes']} passes in shuffled order.  ",
         f"**Model spec:** {json.dumps(side['model_spec'], sort_keys=True)}.  ",
         f"**Tools:** {json.dumps(side['tool_versions'], sort_keys=True)}.  ",

@@ -22,7 +22,8 @@ def _progress():
 
 
 def devices() -> None:
-    """List the devices `leti measure --device` accepts: local, cuda (when present) and adb serials.
+    """List the devices `leti measure --device` accepts: local, engine, cuda and cuda-engine (when a GPU is
+    present) and adb serials.
 
     Example: leti devices
 
@@ -32,14 +33,19 @@ def devices() -> None:
     from leti.device.local import LocalDevice
 
     info = LocalDevice().info()
-    typer.echo(f"local\t{info['model']} ({info['cores']} cores, {info['system']})")
+    typer.echo(f"local\t{info['model']} ({info['cores']} cores, {info['system']}), TFLite")
+    typer.echo(f"engine\t{info['model']}, LETI's engine")
     try:
         import torch
 
         if torch.cuda.is_available():
-            typer.echo(f"cuda\t{torch.cuda.get_device_name(0)}")
+            typer.echo(f"cuda\t{torch.cuda.get_device_name(0)}, Keras (torch backend)")
     except ImportError:
         pass
+    from leti.engine.backends.cuda import available
+
+    if available():
+        typer.echo("cuda-engine\tthe first CUDA GPU, LETI's engine (CuPy, CUDA graphs)")
     found, note = list_adb_devices()
     for serial, state, desc in found:
         typer.echo(f"{serial}\t{state}\t{desc}")
@@ -48,8 +54,11 @@ def devices() -> None:
 
 
 def measure(
-    device: str = typer.Option("local", "--device", help="local, cuda, or an adb serial (see `leti devices`)."),
-    backend: str = typer.Option("cpu", "--backend", help="cpu or gpu (gpu requires full delegation)."),
+    device: str = typer.Option("local", "--device", help="local (TFLite), engine (LETI's engine), cuda (Keras, "
+                               "torch backend), cuda-engine (LETI's engine on CUDA), or an adb serial "
+                               "(see `leti devices`)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="cpu or gpu (gpu requires full delegation); "
+                                          "default: the device's own (gpu for cuda devices, else cpu)."),
     cells_path: Path = typer.Option(..., "--cells", help="Cell table written by `leti generate` (Parquet)."),
     db: Path = typer.Option(..., "--db", help="Campaign database (SQLite); rerun the same command to resume."),
     network: Optional[bool] = typer.Option(None, "--network/--cell",
@@ -80,11 +89,17 @@ def measure(
 
     Example (phone): leti measure --device R58M123ABC --backend gpu --benchmark-binary ./benchmark_model
     --cells cells/cells.parquet --db pixel.sqlite
+
+    Example (LETI's engine on the CPU): leti measure --device engine --cells cells/cells.parquet --db engine.sqlite
+
+    Example (a CUDA GPU, through Keras and through the engine; `leti export` takes both databases):
+    leti measure --device cuda --cells cells/cells.parquet --db gpu_keras.sqlite;
+    leti measure --device cuda-engine --cells cells/cells.parquet --db gpu_engine.sqlite
     """
     from leti.device.base import Protocol
     from leti.device.campaign import CampaignStore, run_campaign, summarize
     from leti.device.models import model_factory
-    from leti.device.registry import open_device
+    from leti.device.registry import KINDS, open_device
     from leti.generate.table import read_table, table_cells
 
     df, spec = read_table(cells_path)
@@ -104,7 +119,7 @@ def measure(
                             adaptive=adaptive, cooldown_above_c=cooldown_above)
     except ValueError as exc:
         raise LetiError(str(exc)) from None
-    adb_kw = {"max_secs": max_secs, "command_timeout": command_timeout} if device not in ("local", "cuda") else {}
+    adb_kw = {"max_secs": max_secs, "command_timeout": command_timeout} if device not in KINDS else {}
     dev = open_device(device, backend=backend, threads=threads, benchmark_binary=benchmark_binary, xnnpack=xnnpack,
                       **adb_kw)
     with dev, CampaignStore(db) as store:
@@ -139,13 +154,16 @@ def measure(
 
 
 def export(
-    db: Path = typer.Option(..., "--db", help="Campaign database written by `leti measure`."),
+    db: list[Path] = typer.Option(..., "--db", help="Campaign database written by `leti measure`; repeat it to "
+                                  "export several campaigns (say one GPU through two runtimes) into one file."),
     out: Path = typer.Option(..., "--out", help="Parquet dataset to write (device info and datasheet beside it)."),
     max_pass_spread: float = typer.Option(0.10, help="Leave out cells whose pass means differ by more than this."),
 ) -> None:
     """Export a campaign to a Parquet dataset (+ .device.json and .README.md datasheet beside it).
 
     Example: leti export --db campaign.sqlite --out datasets/local_cpu.parquet
+
+    Example: leti export --db gpu_keras.sqlite --db gpu_engine.sqlite --out datasets/gpu.parquet
     """
     from leti.device.campaign import export_dataset
 

@@ -1,11 +1,14 @@
 """CudaDevice: Keras models on a CUDA GPU with the torch backend, timed with ``torch.cuda.synchronize``.
 
+(The same GPU through LETI's own engine is the ``cuda-engine`` device, :mod:`leti.device.engine`.)
+
 Keras fixes its backend when it is first imported, and LETI converts models with the TensorFlow backend
 in the same process, so the timing runs in a worker process started with ``KERAS_BACKEND=torch``
 (``python -m leti.device.cuda``). The worker loads ``.keras`` files (safe mode: no pickled code), keeps
 the last model, and answers one JSON line per request: per-run times in ms, each run bracketed by
 ``torch.cuda.synchronize()`` so the kernel queue is drained before and after (CUDA launches are
-asynchronous; without it the clock measures the launch, not the work).
+asynchronous; without it the clock measures the launch, not the work). Python's garbage collector is
+paused during the timed runs, and Keras' state is cleared before the next model is loaded.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from leti.device.base import Batch, Device
 from leti.errors import CorruptModelError, DeviceError
+
+#: What runs the models (the ``runtime`` column of exported datasets); ``cuda-engine`` is LETI's engine.
+RUNTIME = "keras-torch"
 
 
 class CudaDevice(Device):
@@ -33,18 +40,38 @@ class CudaDevice(Device):
         self.backend = "gpu"
         self.timeout_s = timeout_s
         env = dict(os.environ, KERAS_BACKEND="torch")
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # the worker's last words, if it dies
         self._proc = subprocess.Popen([sys.executable, "-m", "leti.device.cuda", device], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-        self._info = self._call({"op": "info"})
+                                      stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
+        try:
+            self._info = self._call({"op": "info"})
+        except BaseException:
+            self.close()
+            raise
+
+    def _last_words(self) -> str:
+        try:
+            self._stderr.seek(0)
+            lines = [ln.strip() for ln in self._stderr.read().splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        return f": {lines[-1]}" if lines else ""
 
     def _call(self, req: dict) -> dict:
         if self._proc.poll() is not None:
-            raise DeviceError(f"{self.id}: the GPU worker exited (status {self._proc.returncode})")
-        self._proc.stdin.write(json.dumps(req) + "\n")
-        self._proc.stdin.flush()
-        line = self._proc.stdout.readline()
+            raise DeviceError(f"{self.id}: the GPU worker exited (status {self._proc.returncode}){self._last_words()}")
+        try:
+            self._proc.stdin.write(json.dumps(req) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
         if not line:
-            raise DeviceError(f"{self.id}: the GPU worker died")
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            raise DeviceError(f"{self.id}: the GPU worker died{self._last_words()}")
         rep = json.loads(line)
         if rep.get("error"):
             cls = CorruptModelError if rep.get("kind") == "load" else DeviceError
@@ -56,24 +83,32 @@ class CudaDevice(Device):
         return Batch.from_samples(rep["times_ms"], delegation="cuda", mem_peak_mb=rep.get("peak_mb", float("nan")))
 
     def info(self) -> dict:
-        return dict(self._info.get("info", {}), id=self.id, backend=self.backend, kind="cuda")
+        return dict(self._info.get("info", {}), id=self.id, backend=self.backend, kind="cuda", runtime=RUNTIME)
 
     def tool_versions(self) -> dict:
         return self._info.get("versions", {})
 
     def close(self) -> None:
         if self._proc.poll() is None:
-            self._proc.stdin.close()
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
             try:
                 self._proc.wait(10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+        self._stderr.close()
 
 
 def _worker(device: str) -> None:  # pragma: no cover - runs in the worker process, tested on GPU machines
+    import gc
+
     import keras
     import numpy as np
     import torch
+
+    import leti.generate.keras_builder  # noqa: F401 - registers LETI's custom layers for load_model
 
     loaded: tuple[str, object, object] | None = None
     for line in sys.stdin:
@@ -89,6 +124,9 @@ def _worker(device: str) -> None:  # pragma: no cover - runs in the worker proce
                                     "keras_backend": keras.backend.backend()}}
             else:
                 if loaded is None or loaded[0] != req["model"]:
+                    loaded = None
+                    keras.backend.clear_session()  # drop the last model's state before the next one
+                    gc.collect()
                     try:
                         with torch.device(device):
                             model = keras.saving.load_model(req["model"], safe_mode=True)
@@ -106,12 +144,17 @@ def _worker(device: str) -> None:  # pragma: no cover - runs in the worker proce
                 with torch.no_grad():
                     for _ in range(req["warmup"]):
                         model(x, training=False)
-                    for _ in range(req["runs"]):
-                        torch.cuda.synchronize(device)
-                        t0 = time.perf_counter_ns()
-                        model(x, training=False)
-                        torch.cuda.synchronize(device)
-                        times.append((time.perf_counter_ns() - t0) / 1e6)
+                    gc.collect()
+                    gc.disable()  # no collector pauses inside the timed runs (as timeit does)
+                    try:
+                        for _ in range(req["runs"]):
+                            torch.cuda.synchronize(device)
+                            t0 = time.perf_counter_ns()
+                            model(x, training=False)
+                            torch.cuda.synchronize(device)
+                            times.append((time.perf_counter_ns() - t0) / 1e6)
+                    finally:
+                        gc.enable()
                 rep = {"times_ms": times, "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
         except Exception as exc:
             rep = {"error": str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}

@@ -3,7 +3,9 @@
 A campaign only needs a callable that turns a :class:`~leti.generate.cell.Cell` into a model file; the
 campaign's cache takes ownership of the file it returns. :func:`model_factory` builds that callable
 from the table's model spec (``{"kind": "cell", ...}`` or ``{"kind": "network", ...}``, see
-``leti.generate.table.model_spec``) through ``leti.generate.export.export_models``.
+``leti.generate.table.model_spec``) through ``leti.generate.export.export_models``, in the format
+the device consumes (its ``artifact``: ``tflite``, ``keras`` or the engine's ``leti``, which is
+written from the cell without TensorFlow).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from leti.errors import ConversionError
 from leti.generate.cell import Cell
 from leti.generate.network import NetworkConfig
 
-SUFFIX = {"tflite": ".tflite", "keras": ".keras"}
+SUFFIX = {"tflite": ".tflite", "keras": ".keras", "leti": ".leti"}
 
 
 def model_factory(spec: dict, artifact: str = "tflite", workdir: Path | None = None) -> Callable[[Cell], Path]:

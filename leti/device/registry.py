@@ -1,4 +1,20 @@
-"""Devices by name: ``local``, ``cuda``, or anything else, which is an adb serial (``127.0.0.1:PORT``...)."""
+"""Devices by name. Every name not in :data:`KINDS` is an adb serial (``127.0.0.1:PORT``, ``R58M...``).
+
+=============  ==========================================================  ===========  ===========
+name           what runs the model                                         model file   backends
+=============  ==========================================================  ===========  ===========
+local          the host CPU, TFLite through ai-edge-litert                 .tflite      cpu
+engine         the host CPU, LETI's engine (``--backend gpu``: its CUDA)   .leti        cpu, gpu
+cuda           a CUDA GPU, Keras 3 with the torch backend                  .keras       gpu
+cuda-engine    a CUDA GPU, LETI's engine (CuPy, CUDA graphs)               .leti        gpu
+<serial>       an Android phone over adb, TFLite's benchmark_model          .tflite      cpu, gpu
+=============  ==========================================================  ===========  ===========
+
+The runtime that measured a campaign is recorded in the device info (``runtime``) and becomes the
+``runtime`` column of the exported dataset, so datasets of the same GPU through Keras and through
+the engine can be told apart and compared. ``backend=None`` takes the kind's default (the first
+listed above).
+"""
 
 from __future__ import annotations
 
@@ -8,39 +24,61 @@ from pathlib import Path
 from leti.device.base import Device
 from leti.errors import DeviceError
 
+GPU_NAMES = ("gpu", "cuda")
 
-def _local(backend: str, threads: int, xnnpack: bool, **_) -> Device:  # adb-only options are ignored
+
+def _local(backend: str | None, threads: int, xnnpack: bool, **_) -> Device:  # adb-only options are ignored
     from leti.device.local import LocalDevice
 
-    if backend != "cpu":
+    if backend not in (None, "cpu"):
         raise DeviceError(f"the local device has no {backend!r} backend (only 'cpu'); use --device cuda for a GPU")
     return LocalDevice(threads=threads, xnnpack=xnnpack)
 
 
-def _cuda(backend: str, **_) -> Device:
+def _engine(backend: str | None, threads: int, **_) -> Device:
+    from leti.device.engine import EngineDevice
+
+    return EngineDevice("gpu" if backend in GPU_NAMES else "cpu", threads=threads)
+
+
+def _gpu_only(name: str, backend: str | None) -> None:
+    if backend not in (None, *GPU_NAMES):
+        raise DeviceError(f"the {name} device measures on the GPU; use --backend gpu (or leave it out), "
+                          f"not {backend!r}")
+
+
+def _cuda(backend: str | None, **_) -> Device:
     from leti.device.cuda import CudaDevice
 
-    if backend not in ("gpu", "cuda"):
-        raise DeviceError(f"the cuda device measures on the GPU; use --backend gpu, not {backend!r}")
+    _gpu_only("cuda", backend)
     return CudaDevice()
 
 
-def _adb(serial: str, backend: str, threads: int, benchmark_binary: Path | None, xnnpack: bool, **kw) -> Device:
+def _cuda_engine(backend: str | None, **_) -> Device:
+    from leti.device.engine import EngineDevice
+
+    _gpu_only("cuda-engine", backend)
+    return EngineDevice("gpu")
+
+
+def _adb(serial: str, backend: str | None, threads: int, benchmark_binary: Path | None, xnnpack: bool,
+         **kw) -> Device:
     from leti.device.adb import AdbDevice
 
-    return AdbDevice(serial, benchmark_binary=benchmark_binary, backend=backend, threads=threads,
+    return AdbDevice(serial, benchmark_binary=benchmark_binary, backend=backend or "cpu", threads=threads,
                      xnnpack=xnnpack, **kw)
 
 
 #: Named device kinds; every other name is taken as an adb serial.
-KINDS: dict[str, Callable[..., Device]] = {"local": _local, "cuda": _cuda}
+KINDS: dict[str, Callable[..., Device]] = {"local": _local, "engine": _engine, "cuda": _cuda,
+                                           "cuda-engine": _cuda_engine}
 BACKENDS = ("cpu", "gpu")
 
 
-def open_device(name: str, backend: str = "cpu", threads: int = 1, benchmark_binary: str | Path | None = None,
-                xnnpack: bool = True, **kw) -> Device:
-    """Open the device called ``name`` for ``backend`` measurements."""
-    if backend not in BACKENDS:
+def open_device(name: str, backend: str | None = None, threads: int = 1,
+                benchmark_binary: str | Path | None = None, xnnpack: bool = True, **kw) -> Device:
+    """Open the device called ``name`` for ``backend`` measurements (None: the device's default)."""
+    if backend is not None and backend not in BACKENDS:
         raise DeviceError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if name in KINDS:
         return KINDS[name](backend=backend, threads=threads, xnnpack=xnnpack, **kw)

@@ -1,8 +1,20 @@
-"""CudaDevice: Keras (torch backend) on a CUDA GPU. The GPU tests skip cleanly without one."""
+"""CudaDevice: Keras (torch backend) on a CUDA GPU, and one GPU measured through both runtimes (Keras and
+LETI's engine) into one dataset. The GPU tests skip cleanly without one.
+
+On a GPU machine without TensorFlow the test process builds its Keras models with the torch backend
+(set below before Keras is first imported); with TensorFlow present the .keras files are the same.
+"""
+
+import importlib.util
+import os
+import sys
 
 import pytest
 
 from leti.errors import DeviceError
+
+if importlib.util.find_spec("tensorflow") is None:
+    os.environ.setdefault("KERAS_BACKEND", "torch")
 
 
 def _has_cuda() -> bool:
@@ -69,3 +81,49 @@ def test_cuda_broken_model_is_a_corrupt_model(tmp_path):
     bad.write_bytes(b"no zip here")
     with CudaDevice() as dev, pytest.raises(CorruptModelError, match="cannot load bad.keras"):
         dev.run(bad, 5, 1)
+
+
+def _has_cuda_engine() -> bool:
+    from leti.engine.backends.cuda import available
+
+    return available()
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.skipif(not _has_cuda_engine(), reason="no CuPy for the engine's CUDA backend")
+def test_one_gpu_through_keras_and_the_engine_into_one_dataset(capsys, cells, tmp_path):
+    """`leti measure --device cuda` and `--device cuda-engine` on the same cells, `leti export` of both."""
+    import pandas as pd
+
+    from leti.cli import main
+    from leti.generate.table import cell_table, model_spec, write_table
+
+    spec = model_spec("cell", input_shape=(16, 16, 8), channels=8)
+    table = write_table(cell_table(cells[:2], spec), tmp_path / "cells.parquet", spec)
+
+    def leti(*args):
+        old, sys.argv = sys.argv, ["leti", *map(str, args)]
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code or 0
+        finally:
+            sys.argv = old
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out
+
+    dbs = []
+    for device in ("cuda", "cuda-engine"):
+        db = tmp_path / f"{device}.sqlite"
+        out = leti("measure", "--device", device, "--cells", table, "--db", db, "--runs", 20, "--warmup", 3,
+                   "--passes", 1, "--max-rel-std", 100)
+        assert "measured 2, failed 0" in out
+        dbs.append(db)
+    out_path = tmp_path / "gpu.parquet"
+    leti("export", "--db", dbs[0], "--db", dbs[1], "--out", out_path)
+    df = pd.read_parquet(out_path)
+    assert len(df) == 4 and set(df["delegation"]) == {"cuda"} and (df["median_ms"] > 0).all()
+    assert set(zip(df["device_id"], df["runtime"])) == {("cuda", "keras-torch"), ("cuda-engine", "leti-engine")}

@@ -1,0 +1,210 @@
+"""LETI's engine as a measured device: EngineDevice on the CPU, the `engine` / `cuda-engine` names, a
+campaign through the CLI (`leti measure --device engine` → `leti export`), and exports that put several
+runtimes in one file. The cuda-engine tests need a GPU with CuPy and skip cleanly without one."""
+
+import json
+import sqlite3
+import sys
+
+import pandas as pd
+import pytest
+
+from leti.errors import CorruptModelError, DatasetError, DeviceError
+from leti.generate.table import cell_table, model_spec, write_table
+
+SPEC = model_spec("cell", input_shape=(8, 8, 4), channels=4)
+
+
+def _has_cuda_engine() -> bool:
+    from leti.engine.backends.cuda import available
+
+    return available()
+
+
+def leti(capsys, *args) -> tuple[int, str, str]:
+    from leti.cli import main
+
+    old = sys.argv
+    sys.argv = ["leti", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def leti_models(tmp_path_factory, cells):
+    """.leti files of three real cells (tiny input), written by the export format registry."""
+    from leti.generate.export import export_models
+
+    root = tmp_path_factory.mktemp("leti-models")
+    recs = export_models(cells[:3], root, kind="cell", formats=("leti",), input_shape=(8, 8, 4), channels=4)
+    return [rec["paths"]["leti"] for rec in recs]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory, cells):
+    chosen = cells[:3]
+    path = write_table(cell_table(chosen, SPEC), tmp_path_factory.mktemp("table") / "cells.parquet", SPEC)
+    return path, [c.hash for c in chosen]
+
+
+def rows(db) -> pd.DataFrame:
+    with sqlite3.connect(db) as c:
+        return pd.read_sql_query("SELECT * FROM measurements", c)
+
+
+# ---- the device --------------------------------------------------------------------------------
+def test_engine_device_times_leti_models_under_the_protocol(leti_models):
+    from leti.device.base import Protocol, measure
+    from leti.device.engine import EngineDevice
+
+    with EngineDevice("cpu", threads=1) as dev:
+        info = dev.info()
+        assert (info["id"], info["backend"], info["runtime"], info["threads"]) == ("engine", "cpu", "leti-engine", 1)
+        assert dev.artifact == "leti" and dev.shares_host_cpu
+        assert "numba" in dev.tool_versions()
+        m = measure(dev, leti_models[0], Protocol(runs=30, warmup=2, max_rel_std=100))
+        assert m.runs == 30 and m.attempts == 1 and m.stable and m.delegation == "cpu"
+        assert 0 < m.min_ms <= m.median_ms <= m.max_ms and m.min_ms <= m.mean_ms <= m.max_ms
+        a = measure(dev, leti_models[1], Protocol(runs=60, warmup=2, adaptive=True, ci_rel=0.5, max_rel_std=100,
+                                                  max_attempts=1))
+        assert 20 <= a.runs <= 60  # batches pooled: stops at the target or at the cap, never before min_runs
+        assert a.ci_half_width_ms <= 0.5 * a.mean_ms or a.runs == 60
+        b = dev.run(leti_models[1], 3, 0)
+        assert b.n == 3 and len(b.samples) == 3  # per-run samples are kept (exact median)
+        dev.release(leti_models[1])
+        assert dev._loaded is None
+
+
+def test_a_broken_leti_file_is_a_corrupt_model_and_a_missing_one_too(tmp_path):
+    from leti.device.engine import EngineDevice
+
+    bad = tmp_path / "bad.leti"
+    bad.write_bytes(b"LETI" + b"\x00" * 40)
+    with EngineDevice("cpu") as dev:
+        with pytest.raises(CorruptModelError):
+            dev.run(bad, 3, 0)
+        with pytest.raises(CorruptModelError, match="not found"):
+            dev.run(tmp_path / "gone.leti", 3, 0)
+
+
+def test_registry_names_the_engine_and_cuda_devices():
+    from leti.device.engine import EngineDevice
+    from leti.device.registry import KINDS, open_device
+
+    assert {"local", "engine", "cuda", "cuda-engine"} <= set(KINDS)
+    dev = open_device("engine", threads=2)
+    assert isinstance(dev, EngineDevice) and dev.backend == "cpu" and dev.threads == 2
+    with pytest.raises(DeviceError, match="cuda device measures on the GPU"):
+        open_device("cuda", backend="cpu")
+    with pytest.raises(DeviceError, match="unknown backend"):
+        open_device("engine", backend="npu")
+    with pytest.raises(DeviceError, match="threads must be"):
+        open_device("engine", threads=0)
+
+
+@pytest.mark.skipif(_has_cuda_engine(), reason="checks the message on machines without a GPU")
+def test_cuda_engine_without_a_gpu_is_one_clear_line():
+    from leti.device.registry import open_device
+
+    for name, backend in (("cuda-engine", None), ("engine", "gpu")):
+        with pytest.raises(DeviceError, match="needs CuPy and an NVIDIA GPU") as e:
+            open_device(name, backend=backend)
+        assert "\n" not in str(e.value)
+
+
+# ---- a campaign through the CLI ----------------------------------------------------------------
+def test_cli_campaign_on_the_engine_resumes_and_exports(capsys, table, tmp_path):
+    path, hashes = table
+    db, out = tmp_path / "engine.sqlite", tmp_path / "ds" / "engine_cpu.parquet"
+    args = ("measure", "--device", "engine", "--cells", path, "--db", db, "--runs", 8, "--warmup", 1,
+            "--passes", 2, "--max-rel-std", 100, "--threads", 1)
+    code, out_text, err = leti(capsys, *args)
+    assert code == 0, err
+    assert "measured 6, failed 0" in out_text
+    r = rows(db)
+    assert len(r) == 6 and set(r["status"]) == {"ok"} and set(r["hash"]) == set(hashes)
+    assert set(r["device_id"]) == {"engine"} and set(r["delegation"]) == {"cpu"} and set(r["runs"]) == {8}
+    assert sorted(p.suffix for p in (tmp_path / "engine.sqlite.models").iterdir()) == [".leti"] * 3
+
+    code, out_text, _ = leti(capsys, *args)  # rerun: resumes, measures nothing twice
+    assert code == 0 and "measured 0, failed 0, already done 6" in out_text
+    assert len(rows(db)) == 6
+
+    code, out_text, err = leti(capsys, "export", "--db", db, "--out", out, "--max-pass-spread", 100)  # tiny, noisy
+    assert code == 0, err
+    df = pd.read_parquet(out)
+    assert len(df) == 6 and set(df["runtime"]) == {"leti-engine"} and set(df["device_id"]) == {"engine"}
+    assert set(df["pass"]) == {1, 2} and (df["flops"] > 0).all() and (df["median_ms"] > 0).all()
+    side = json.loads(out.with_name("engine_cpu.device.json").read_text())
+    assert side["device"]["runtime"] == "leti-engine" and side["model_spec"] == SPEC
+    assert "runtime leti-engine" in out.with_name("engine_cpu.README.md").read_text()
+
+
+def test_cli_refuses_a_gpu_backend_on_the_local_device(capsys, table, tmp_path):
+    path, _ = table
+    code, _, err = leti(capsys, "measure", "--device", "local", "--backend", "gpu", "--cells", path,
+                        "--db", tmp_path / "x.sqlite")
+    assert code != 0 and err.startswith("error: the local device has no 'gpu' backend")
+    assert len(err.strip().splitlines()) == 1
+
+
+# ---- several runtimes in one dataset -------------------------------------------------------------
+def _campaign(db, cells, device_info, mean):
+    from leti.device.base import Measurement
+    from leti.device.campaign import CampaignStore
+
+    with CampaignStore(db) as store:
+        store.bind(device_id=device_info["id"], backend="gpu", protocol={}, passes=1, seed=0, model_spec=SPEC)
+        store.set_meta(device_info=device_info, tool_versions={"x": "1"})
+        store.add_cells(cells, [(1000, 10, 100)] * len(cells))
+        for i, c in enumerate(cells):
+            v = mean * (1 + i)
+            store.record(c.hash, 1, Measurement(device_info["id"], "gpu", v, v, 0.01, v, v, 10, 1, 1, True, 0.0,
+                                                "cuda", float("nan"), float("nan"), 5.0, None, 0.0, "t0", "t1"))
+
+
+def test_export_puts_keras_and_engine_campaigns_of_one_gpu_in_one_file(tmp_path, cells):
+    from leti.device.campaign import EXPORT_COLUMNS, export_dataset
+
+    keras_db, engine_db = tmp_path / "keras.sqlite", tmp_path / "engine.sqlite"
+    _campaign(keras_db, cells[:4], {"id": "cuda", "model": "GPU X", "backend": "gpu", "runtime": "keras-torch"}, 2.0)
+    _campaign(engine_db, cells[:4], {"id": "cuda-engine", "model": "GPU X", "backend": "gpu",
+                                     "runtime": "leti-engine"}, 0.5)
+    out = tmp_path / "gpu.parquet"
+    s = export_dataset([keras_db, engine_db], out)
+    df = pd.read_parquet(out)
+    assert tuple(df.columns) == EXPORT_COLUMNS and len(df) == 8 and s["exported_rows"] == 8 and s["cells"] == 4
+    by = df.groupby("runtime")["mean_ms"].median()
+    assert set(by.index) == {"keras-torch", "leti-engine"} and by["keras-torch"] == pytest.approx(4 * by["leti-engine"])
+    side = json.loads(out.with_name("gpu.device.json").read_text())
+    assert [c["device"]["runtime"] for c in side["campaigns"]] == ["keras-torch", "leti-engine"]
+    sheet = out.with_name("gpu.README.md").read_text()
+    assert "from 2 campaigns" in sheet and "runtime keras-torch" in sheet and "runtime leti-engine" in sheet
+
+    with pytest.raises(DatasetError, match="the campaigns overlap"):  # the same campaign twice
+        export_dataset([keras_db, keras_db], tmp_path / "dup.parquet")
+    assert not (tmp_path / "dup.parquet").exists()
+
+
+# ---- on a GPU ----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda_engine(), reason="no CUDA GPU with CuPy")
+def test_cuda_engine_measures_with_cuda_graphs(leti_models):
+    from leti.device.base import Protocol, measure
+    from leti.device.registry import open_device
+
+    with open_device("cuda-engine") as dev:
+        info = dev.info()
+        assert (info["id"], info["backend"], info["runtime"], info["cuda_graphs"]) == ("cuda-engine", "gpu",
+                                                                                       "leti-engine", True)
+        m = measure(dev, leti_models[2], Protocol(runs=50, warmup=5, max_rel_std=100))
+        assert m.runs == 50 and m.delegation == "cuda" and 0 < m.min_ms <= m.median_ms <= m.max_ms
+        assert m.mem_peak_mb > 0
+        assert dev._loaded[1].captured >= 1  # the run is one CUDA graph replay
