@@ -1,100 +1,497 @@
-"""Engine CPU latency side by side with TFLite (ai-edge-litert, XNNPACK) on the same models.
+"""Engine CPU latency side by side with TFLite (XNNPACK), ONNX Runtime, MNN and OpenVINO on the same models.
 
-Each model is built in Keras from a NB101 cell (``leti.generate.keras_builder``), converted to
-TFLite, and the *same* ``.tflite`` is converted to the engine — so both run identical weights, and
-the script checks the outputs agree (1e-4 relative) before timing. Columns: median ms per run for
-TFLite, the engine (schemes chosen by pre-inference), and the engine forced to the im2col scheme
-(the plain sliding-window baseline), at 1 and 2 threads; ``ratio`` is engine / TFLite.
+Every model is built in Keras (a NB101 cell or network from ``leti.generate.keras_builder``, or a Keras
+MobileNet), converted to TFLite, and the *same* ``.tflite`` is converted to the engine. The peers
+that read ONNX (ONNX Runtime, OpenVINO, and MNN through its ``mnnconvert``) get an ONNX export of the
+engine's optimised graph (written by :func:`to_onnx` below: BN already folded, activations fused, so
+every framework runs the same arithmetic with the same weights). The ONNX model takes the NHWC input
+and transposes it itself, so layout work is inside every peer's timing. All outputs are checked
+against TFLite (``rel.err``, the largest over the engines) before timing.
 
-    .venv/bin/python benchmarks/bench_engine_cpu.py [--networks 2] [--runs 30] [--mobilenet]
+Columns: median ms per run of each peer, of the engine (schemes chosen by pre-inference), of the
+engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
+convs change scheme) and of plain NumPy (:func:`numpy_runner`: pad + window view copied into the
+im2col matrix + ``np.matmul`` per conv, NumPy sums for depthwise convs and pools); ``best`` is the
+fastest peer, ``x best`` = engine / best peer, ``x im2col`` and ``x numpy`` = engine / those baselines,
+``rel.err`` the engine's largest relative error against TFLite (a peer off by more than 1e-3 is
+dropped and named at the end).
+The machine is shared: engines are interleaved (``--rounds`` rounds, each engine timed ``--runs``
+times per round in a shuffled order) and the figure is the median of the round medians; the load
+average is printed before and after.
 
-Peers that are not installed here (ONNX Runtime, MNN, OpenVINO) are not measured.
+    .venv/bin/python benchmarks/bench_engine_cpu.py [--networks 2] [--runs 10] [--rounds 5] [--mobilenet]
+
+A peer that is not installed prints ``n/a`` (the reason is printed once).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
+from leti.engine import passes
 from leti.engine.convert.from_tflite import from_tflite
+from leti.engine.graph import Graph
+from leti.engine.ops.conv2d import geometry
+from leti.engine.ops.pool import window
 from leti.engine.session import Session
 from leti.generate.network import NetworkConfig
 from leti.generate.space import enumerate_space
 
-
-def median_ms(fn, runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts) * 1e3)
+PEERS = ("tflite", "onnxruntime", "mnn", "openvino")
 
 
-def models(n_networks: int, mobilenet: bool):
+# ---- ONNX export of an engine graph (NCHW inside, NHWC at the boundary) -------------------------
+def to_onnx(g: Graph) -> bytes:
+    """The engine graph as an ONNX model (opset 13) computing the same function on NHWC inputs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, post = [], [], []
+    rank = {t: len(info.shape) for t, info in g.tensors.items()}
+    shape = {t: tuple(info.shape) for t, info in g.tensors.items()}
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def act(out, a, node_name):
+        """The name the op itself writes; its fused activation goes to ``post`` (appended after it)."""
+        post.clear()
+        if a in (None, "none"):
+            return out
+        pre = out + "/pre"
+        if a == "relu":
+            post.append(helper.make_node("Relu", [pre], [out], name=node_name + "/act"))
+        elif a == "relu6":
+            post.append(helper.make_node("Clip", [pre, const(pre + "/lo", np.float32(0)),
+                                                  const(pre + "/hi", np.float32(6))], [out], name=node_name + "/act"))
+        else:
+            raise ValueError(f"to_onnx: activation {a!r}")
+        return pre
+
+    def ch_axis(ax, r):  # an NHWC axis inside the NCHW graph
+        ax %= r
+        return {0: 0, 1: 2, 2: 3, 3: 1}[ax] if r == 4 else ax
+
+    inputs = []
+    for t in g.inputs:
+        inputs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, list(shape[t])))
+        if rank[t] == 4:
+            nodes.append(helper.make_node("Transpose", [t], [t + "/nchw"], perm=[0, 3, 1, 2]))
+    name = {t: (t + "/nchw" if rank[t] == 4 else t) for t in g.inputs}
+    for n in g.nodes:
+        a = n.attrs
+        ins = [name.get(t, t) for t in n.inputs]
+        out = n.outputs[0]
+        name[out] = out
+        y = act(out, a.get("activation"), n.name)
+        if n.op in ("conv2d", "depthwise_conv2d"):
+            w = g.constants[n.inputs[1]]
+            x_shape = shape[n.inputs[0]]
+            pads, _, strides, dil = geometry(x_shape, w.shape, a)
+            if n.op == "conv2d":
+                wo, group = w.transpose(3, 2, 0, 1), 1
+            else:
+                wo, group = w.transpose(2, 0, 1)[:, None], x_shape[3]
+            cin = [ins[0], const(n.name + "/w_oihw", wo.astype(np.float32))]
+            if len(n.inputs) > 2:
+                cin.append(n.inputs[2])
+            nodes.append(helper.make_node("Conv", cin, [y], name=n.name, strides=list(strides), dilations=list(dil),
+                                          pads=[pads[0], pads[2], pads[1], pads[3]], group=group,
+                                          kernel_shape=list(w.shape[:2])))
+        elif n.op in ("max_pool2d", "avg_pool2d"):
+            k, s, pads, _ = window(shape[n.inputs[0]], a)
+            kw = {"kernel_shape": list(k), "strides": list(s), "pads": [pads[0], pads[2], pads[1], pads[3]]}
+            if n.op == "avg_pool2d":
+                kw["count_include_pad"] = 0
+            nodes.append(helper.make_node("MaxPool" if n.op == "max_pool2d" else "AveragePool", ins[:1], [y],
+                                          name=n.name, **kw))
+        elif n.op in ("add", "mul", "add_n"):
+            op = {"add": "Add", "mul": "Mul", "add_n": "Sum"}[n.op]
+            nodes.append(helper.make_node(op, ins, [y], name=n.name))
+        elif n.op == "concat":
+            nodes.append(helper.make_node("Concat", ins, [y], name=n.name,
+                                          axis=ch_axis(int(a.get("axis", -1)), rank[out])))
+        elif n.op == "slice":
+            from leti.engine.ops.slice import bounds
+
+            b = bounds(shape[n.inputs[0]], a)
+            r = rank[out]
+            axes = [ch_axis(i, r) for i in range(r)]
+            nodes.append(helper.make_node("Slice", [ins[0], const(n.name + "/s", np.array([lo for lo, _ in b])),
+                                                    const(n.name + "/e", np.array([hi for _, hi in b])),
+                                                    const(n.name + "/a", np.array(axes))], [y], name=n.name))
+        elif n.op == "mean":
+            r = rank[n.inputs[0]]
+            axes = sorted(ch_axis(int(x), r) for x in a.get("axes", [1, 2]))
+            nodes.append(helper.make_node("ReduceMean", ins[:1], [y], name=n.name, axes=axes,
+                                          keepdims=int(bool(a.get("keepdims", False)))))
+        elif n.op == "fully_connected":
+            nodes.append(helper.make_node("Gemm", ins, [y], name=n.name))
+        elif n.op == "softmax":
+            nodes.append(helper.make_node("Softmax", ins[:1], [y], name=n.name, axis=-1))
+        elif n.op in ("relu", "relu6"):
+            if n.op == "relu":
+                nodes.append(helper.make_node("Relu", ins[:1], [y], name=n.name))
+            else:
+                nodes.append(helper.make_node("Clip", [ins[0], const(n.name + "/lo", np.float32(0)),
+                                                       const(n.name + "/hi", np.float32(6))], [y], name=n.name))
+        elif n.op == "pad":
+            p = a["pads"]
+            r = rank[out]
+            order = [0, 3, 1, 2] if r == 4 else list(range(r))
+            pp = [p[i][0] for i in order] + [p[i][1] for i in order]
+            nodes.append(helper.make_node("Pad", [ins[0], const(n.name + "/p", np.array(pp, np.int64)),
+                                                  const(n.name + "/v", np.float32(a.get("value", 0.0)))], [y],
+                                          name=n.name))
+        elif n.op == "reshape" and rank[n.inputs[0]] != 4 and rank[out] != 4:
+            nodes.append(helper.make_node("Reshape", [ins[0], const(n.name + "/shape",
+                                                                    np.array(shape[out], np.int64))], [y], name=n.name))
+        else:
+            raise ValueError(f"to_onnx: op {n.op} not exported")
+        nodes.extend(post)
+    used = {t for n in g.nodes for i, t in enumerate(n.inputs)
+            if t in g.constants and (i >= 2 or n.op in ("add", "mul", "add_n", "concat", "fully_connected"))}
+    for t in sorted(used):
+        inits.append(numpy_helper.from_array(np.asarray(g.constants[t], np.float32), t))
+    outputs = []
+    for t in g.outputs:
+        if rank[t] == 4:
+            nodes.append(helper.make_node("Transpose", [t], [t + "/nhwc"], perm=[0, 2, 3, 1]))
+            outputs.append(helper.make_tensor_value_info(t + "/nhwc", TensorProto.FLOAT, list(shape[t])))
+        else:
+            outputs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, list(shape[t])))
+    model = helper.make_model(helper.make_graph(nodes, "leti", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 13)], producer_name="leti-bench")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+# ---- runners: each returns (run, output) callables ------------------------------------------------
+def tflite_runner(data: bytes, x: np.ndarray, threads: int):
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=data, num_threads=threads)
+    it.allocate_tensors()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    it.set_tensor(inp["index"], x)
+    return it.invoke, lambda: it.get_tensor(out["index"])
+
+
+def ort_runner(onnx_path: str, x: np.ndarray, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    iname = sess.get_inputs()[0].name
+    res = {}
+
+    def run():
+        res["y"] = sess.run(None, {iname: x})[0]
+
+    return run, lambda: res["y"]
+
+
+def openvino_runner(onnx_path: str, x: np.ndarray, threads: int):
+    import openvino as ov
+
+    core = ov.Core()
+    cm = core.compile_model(onnx_path, "CPU", {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+                                               "INFERENCE_PRECISION_HINT": "f32"})
+    req = cm.create_infer_request()
+    req.set_input_tensor(ov.Tensor(x))
+
+    def run():
+        req.infer()
+
+    return run, lambda: np.array(req.get_output_tensor(0).data)
+
+
+def mnn_runner(mnn_path: str, x: np.ndarray, threads: int):
+    import MNN
+
+    it = MNN.Interpreter(mnn_path)
+    sess = it.createSession({"numThread": threads, "backend": "CPU", "precision": "high"})
+    inp = it.getSessionInput(sess)
+    # the ONNX model declares the NHWC input literally: hand MNN the array in the input's own dimension type
+    host = MNN.Tensor(x.shape, MNN.Halide_Type_Float, x, inp.getDimensionType())
+    out = it.getSessionOutput(sess)
+
+    def run():
+        inp.copyFrom(host)
+        it.runSession(sess)
+
+    def output():
+        shp = out.getShape()
+        o = MNN.Tensor(shp, MNN.Halide_Type_Float, np.zeros(shp, np.float32), out.getDimensionType())
+        out.copyToHostTensor(o)
+        return np.array(o.getNumpyData(), copy=True).reshape(shp)
+
+    return run, output
+
+
+def engine_runner(g: Graph, x: np.ndarray, threads: int, **options):
+    s = Session(g, backends=("cpu",), threads=threads, **options).resize()
+    s._feed(x)
+    s.run(copy=False)
+    return (lambda: s.run(copy=False)), (lambda: next(iter(s.run(x).values()))), s
+
+
+def numpy_runner(g: Graph, x: np.ndarray, threads: int):
+    """The plain NumPy baseline: every conv is ``np.pad`` + a strided window view copied into the
+    im2col matrix + one ``np.matmul`` (BLAS with ``threads`` threads), depthwise convs a NumPy sum
+    over the taps, pools a max/mean over a window view; the other ops run their reference code."""
+    from numpy.lib.stride_tricks import sliding_window_view as windows
+
+    from leti.engine import ops
+
+    def act(y, a):
+        if a == "relu":
+            np.maximum(y, 0, out=y)
+        elif a == "relu6":
+            np.clip(y, 0, 6, out=y)
+        return y
+
+    def patches(xv, k, strides, dil, pads, out_hw, value=0.0):
+        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = k, strides, dil, out_hw
+        if any(pads):
+            xv = np.pad(xv, ((0, 0), (pads[0], pads[1]), (pads[2], pads[3]), (0, 0)), constant_values=value)
+        v = windows(xv, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(1, 2))
+        return v[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :, ::dh, ::dw]  # (n, oh, ow, c, kh, kw)
+
+    steps = []
+    for n in g.nodes:
+        a = dict(n.attrs)
+        an = a.get("activation")
+        if n.op == "conv2d":
+            w = g.constants[n.inputs[1]]
+            b = g.constants[n.inputs[2]] if len(n.inputs) > 2 else 0.0
+            x_shape = g.tensors[n.inputs[0]].shape
+            pads, hw, st, dl = geometry(x_shape, w.shape, a)
+            w2 = np.ascontiguousarray(w.transpose(2, 0, 1, 3).reshape(-1, w.shape[3]), np.float32)
+
+            def f(xv, w2=w2, b=b, k=w.shape[:2], pads=pads, hw=hw, st=st, dl=dl, act_=an):
+                p = patches(xv, k, st, dl, pads, hw)
+                col = p.reshape(-1, w2.shape[0]) if p.flags.c_contiguous else np.ascontiguousarray(p).reshape(
+                    p.shape[0] * hw[0] * hw[1], -1)
+                y = col @ w2
+                y += b
+                return act(y, act_).reshape(p.shape[0], hw[0], hw[1], -1)
+        elif n.op == "depthwise_conv2d":
+            w = g.constants[n.inputs[1]]
+            b = g.constants[n.inputs[2]] if len(n.inputs) > 2 else 0.0
+            pads, hw, st, dl = geometry(g.tensors[n.inputs[0]].shape, w.shape, a)
+            mult = int(a.get("multiplier", 1))
+
+            def f(xv, w=w, b=b, pads=pads, hw=hw, st=st, dl=dl, mult=mult, act_=an):
+                p = patches(np.repeat(xv, mult, axis=3) if mult > 1 else xv, w.shape[:2], st, dl, pads, hw)
+                y = np.zeros(p.shape[:4], np.float32) + b
+                for i in range(w.shape[0]):
+                    for j in range(w.shape[1]):
+                        y += p[..., i, j] * w[i, j]
+                return act(y, act_)
+        elif n.op in ("max_pool2d", "avg_pool2d"):
+            k, st, pads, hw = window(g.tensors[n.inputs[0]].shape, a)
+            if n.op == "max_pool2d":
+                def f(xv, k=k, st=st, pads=pads, hw=hw, act_=an):
+                    return act(patches(xv, k, st, (1, 1), pads, hw, -np.inf).max(axis=(4, 5)), act_)
+            else:
+                def f(xv, k=k, st=st, pads=pads, hw=hw, act_=an):
+                    total = patches(xv, k, st, (1, 1), pads, hw).sum(axis=(4, 5))
+                    ones = np.ones(xv.shape[:3] + (1,), np.float32)
+                    return act(total / patches(ones, k, st, (1, 1), pads, hw).sum(axis=(4, 5)), act_)
+        else:
+            ref = ops.get(n.op).reference
+
+            def f(*xs, ref=ref, a=a):
+                return ref(list(xs), a)[0].astype(np.float32, copy=False)
+        steps.append((f, list(n.inputs), n.outputs[0], n.op in ("conv2d", "depthwise_conv2d",
+                                                                   "max_pool2d", "avg_pool2d")))
+    env = dict(g.constants)
+    inp, out = g.inputs[0], g.outputs[0]
+
+    def run():
+        env[inp] = x
+        for f, ins, o, single in steps:
+            env[o] = f(env[ins[0]]) if single else f(*(env[t] for t in ins))
+
+    return run, lambda: env[out]
+
+
+# ---- models -----------------------------------------------------------------------------------------
+def models(n_networks: int, mobilenet: bool, size: int = 224, nb101: bool = True):
     import keras
 
     from leti.generate.keras_builder import cell_model, network_model, randomize_weights
     from leti.generate.tflite import convert_keras
 
-    space = enumerate_space()
-    cells = [space.sample(n_networks + 1, seed=1).cell(i) for i in range(n_networks + 1)]
-    for c in cells[:n_networks]:
-        m = randomize_weights(network_model(c, NetworkConfig()), seed=0)
-        yield f"nb101 net 32x32 {c.hash[:8]}", convert_keras(m)
-        keras.backend.clear_session()
-    c = cells[-1]
-    m = randomize_weights(cell_model(c, (96, 96, 128), 128), seed=0)
-    yield f"nb101 cell 96x96x128 {c.hash[:8]}", convert_keras(m)
-    keras.backend.clear_session()
-    if mobilenet:
-        for name, ctor in (("mobilenet_v1 224", keras.applications.MobileNet),
-                           ("mobilenet_v2 224", keras.applications.MobileNetV2)):
-            yield name, convert_keras(ctor(input_shape=(224, 224, 3), weights=None))
+    if nb101:
+        space = enumerate_space()
+        cells = [space.sample(n_networks + 1, seed=1).cell(i) for i in range(n_networks + 1)]
+        for c in cells[:n_networks]:
+            m = randomize_weights(network_model(c, NetworkConfig()), seed=0)
+            yield f"nb101 net 32x32 {c.hash[:8]}", convert_keras(m)
             keras.backend.clear_session()
+        c = cells[-1]
+        m = randomize_weights(cell_model(c, (96, 96, 128), 128), seed=0)
+        yield f"nb101 cell 96x96x128 {c.hash[:8]}", convert_keras(m)
+        keras.backend.clear_session()
+    if mobilenet:
+        for name, ctor in ((f"mobilenet_v1 {size}", keras.applications.MobileNet),
+                           (f"mobilenet_v2 {size}", keras.applications.MobileNetV2)):
+            # the stock top reshapes with a run-time SHAPE op; the same head as GAP + Dense + softmax
+            base = ctor(input_shape=(size, size, 3), weights=None, include_top=False, pooling="avg")
+            out = keras.layers.Dense(1000, activation="softmax")(base.output)
+            m = randomize_weights(keras.Model(base.input, out), seed=0)
+            yield name, convert_keras(m)
+            keras.backend.clear_session()
+
+
+def peer_files(g_opt: Graph, tmp: Path, tag: str, errors: dict) -> dict[str, str]:
+    files = {}
+    try:
+        p = tmp / f"{tag}.onnx"
+        p.write_bytes(to_onnx(g_opt))
+        files["onnx"] = str(p)
+    except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+        errors.setdefault("onnx export", f"{type(e).__name__}: {e}")
+        return files
+    try:
+        mnn = tmp / f"{tag}.mnn"
+        exe = Path(os.sys.executable).with_name("mnnconvert")
+        r = subprocess.run([str(exe), "-f", "ONNX", "--modelFile", files["onnx"], "--MNNModel", str(mnn),
+                            "--bizCode", "leti"], capture_output=True, text=True, timeout=300, check=False)
+        if not mnn.exists():
+            raise RuntimeError(r.stdout[-300:] + r.stderr[-300:])
+        files["mnn"] = str(mnn)
+    except Exception as e:  # noqa: BLE001
+        errors.setdefault("mnn convert", f"{type(e).__name__}: {e}")
+    return files
+
+
+def make_runners(data, g, g_opt, files, x, threads, errors):
+    runners = {}
+
+    def add(key, factory, *args):
+        try:
+            r = factory(*args)
+            runners[key] = r[:2]
+        except Exception as e:  # noqa: BLE001
+            errors.setdefault(key, f"{type(e).__name__}: {e}")
+
+    add("tflite", tflite_runner, data, x, threads)
+    if "onnx" in files:
+        add("onnxruntime", ort_runner, files["onnx"], x, threads)
+        add("openvino", openvino_runner, files["onnx"], x, threads)
+    if "mnn" in files:
+        add("mnn", mnn_runner, files["mnn"], x, threads)
+    add("engine", engine_runner, g, x, threads)
+    add("im2col", lambda *a: engine_runner(*a, conv_scheme="im2col"), g, x, threads)
+    add("numpy", numpy_runner, g_opt, x, threads)
+    # BLAS thread count per runner (a ctypes call each time): the engine keeps BLAS at one thread
+    # inside its own pool, the NumPy baseline uses BLAS's threads; the peers do not use OpenBLAS.
+    from threadpoolctl import ThreadpoolController
+
+    blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+
+    def with_blas(fn, n):
+        def run():
+            for c in blas:
+                c.set_num_threads(n)
+            fn()
+        return run
+
+    for k in ("engine", "im2col", "numpy"):
+        if k in runners:
+            runners[k] = (with_blas(runners[k][0], threads if k == "numpy" else 1), runners[k][1])
+    return runners
+
+
+def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> dict[str, float]:
+    for fn, _ in runners.values():
+        for _ in range(warmup):
+            fn()
+    per = {k: [] for k in runners}
+    keys = list(runners)
+    rng = random.Random(0)
+    for _ in range(rounds):
+        rng.shuffle(keys)
+        for k in keys:
+            fn = runners[k][0]
+            ts = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+            per[k].append(np.median(ts))
+    return {k: float(np.median(v) * 1e3) for k, v in per.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--networks", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--mobilenet", action="store_true", help="also MobileNet v1/v2 at 224 (slow to convert)")
+    ap.add_argument("--runs", type=int, default=10, help="timed runs per engine per round")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the figure is their median)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--mobilenet", action="store_true", help="also MobileNet v1/v2 (slow to convert)")
+    ap.add_argument("--mobilenet-size", type=int, default=224)
+    ap.add_argument("--only-mobilenet", action="store_true", help="skip the NB101 models")
     args = ap.parse_args()
-    from ai_edge_litert.interpreter import Interpreter
-
-    hdr = f"{'model':30s} {'thr':>3s} {'tflite ms':>10s} {'engine ms':>10s} {'im2col ms':>10s} {'ratio':>6s}  rel.err"
-    print(hdr)
-    for name, data in models(args.networks, args.mobilenet):
-        g = from_tflite(data)
-        for threads in (1, 2):
-            it = Interpreter(model_content=data, num_threads=threads)
-            it.allocate_tensors()
-            inp, out = it.get_input_details()[0], it.get_output_details()[0]
-            x = np.random.default_rng(0).standard_normal(inp["shape"]).astype(np.float32)
-            it.set_tensor(inp["index"], x)
-
-            def tfl():
-                it.invoke()
-
-            s = Session(g, backends=("cpu",), threads=threads).resize()
-            base = Session(g, backends=("cpu",), threads=threads, conv_scheme="im2col").resize()
-            s._feed(x)
-            base._feed(x)
-            tfl()
-            ref = it.get_tensor(out["index"])
-            y = next(iter(s.run(x).values()))
-            yb = next(iter(base.run(x).values()))
-            err = max(float(np.abs(v - ref).max() / max(np.abs(ref).max(), 1e-12)) for v in (y, yb))
-            t_tfl = median_ms(tfl, args.runs)
-            t_eng = median_ms(lambda: s.run(copy=False), args.runs)
-            t_base = median_ms(lambda: base.run(copy=False), args.runs)
-            print(f"{name:30s} {threads:3d} {t_tfl:10.2f} {t_eng:10.2f} {t_base:10.2f} {t_eng / t_tfl:6.2f}  {err:.1e}")
-            for b in s.backends + base.backends:
-                getattr(b, "close", lambda: None)()
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    errors: dict[str, str] = {}
+    cols = list(PEERS) + ["engine", "im2col", "numpy"]
+    hdr = (f"{'model':28s} {'thr':>3s} " + " ".join(f"{c[:8]:>8s}" for c in cols)
+           + f" {'best':>8s} {'x best':>6s} {'x im2col':>8s} {'x numpy':>7s}  rel.err")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmpd:
+        tmp = Path(tmpd)
+        for mi, (name, data) in enumerate(models(args.networks, args.mobilenet or args.only_mobilenet,
+                                                        args.mobilenet_size, not args.only_mobilenet)):
+            g = from_tflite(data)
+            g_opt, _ = passes.optimize(g)
+            files = peer_files(g_opt, tmp, f"m{mi}", errors)
+            for threads in args.threads:
+                shape = Session(g, backends=("cpu",)).contexts()[0].in_shapes[0]
+                x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+                runners = make_runners(data, g, g_opt, files, x, threads, errors)
+                runners["tflite"][0]()
+                ref = runners["tflite"][1]().copy()
+                err = {}
+                for k, (fn, out) in runners.items():
+                    fn()
+                    y = out()
+                    err[k] = float(np.abs(y.reshape(ref.shape) - ref).max() / max(np.abs(ref).max(), 1e-12))
+                bad = [k for k, e in err.items() if e > 1e-3]
+                for k in bad:
+                    errors.setdefault(f"{k} on {name}", f"output differs from TFLite (rel. err {err[k]:.1e}); dropped")
+                    runners.pop(k)
+                t = time_interleaved(runners, args.runs, args.rounds)
+                peers = {k: t[k] for k in PEERS if k in t}
+                if not peers or "engine" not in t:
+                    print(f"{name}: no peer or no engine ran: {errors}")
+                    continue
+                best = min(peers, key=peers.get)
+                cells = " ".join(f"{t[c]:8.2f}" if c in t else f"{'n/a':>8s}" for c in cols)
+                line = (f"{name:28s} {threads:3d} {cells} {best[:8]:>8s} {t['engine'] / peers[best]:6.2f} "
+                        f"{t['engine'] / t['im2col']:8.2f} {t['engine'] / t['numpy']:7.2f}  "
+                        f"{max(err[k] for k in ('engine', 'im2col')):.1e}")
+                rows.append(line)
+                print(line if len(rows) > 1 else hdr + "\n" + line, flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    for k, v in errors.items():
+        print(f"n/a {k}: {v}")
 
 
 if __name__ == "__main__":

@@ -10,3 +10,12 @@ import os as _os
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``leti.load_predictor`` without importing the predictor stack (torch, boosting) on ``import leti``."""
+    if name == "load_predictor":
+        from leti.predict import load_predictor
+
+        return load_predictor
+    raise AttributeError(f"module 'leti' has no attribute {name!r}")

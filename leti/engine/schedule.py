@@ -3,8 +3,10 @@
 Convolution (MNN §3.2): a 1×1 stride-1 unpadded convolution is a matrix product — ``strassen``
 with as many levels as MNN's inequality allows (above ``strassen_min_dim``), else ``gemm``; a k×k
 (k > 1) stride-1 convolution takes Winograd F(n̂×n̂, k×k) with n̂ from
-:func:`leti.engine.winograd.choose_tile`, or the sliding window (``im2col``) when n̂ = 1; strided,
-dilated or non-square convolutions use ``im2col``. Everything else is ``direct``.
+:func:`leti.engine.winograd.choose_tile` (MNN's Eq. 2, restricted to tile sizes that leave at least
+``winograd_min_tiles`` tiles, and only from ``winograd_min_channels`` input channels: two limits
+measured on the CPU backend that Eq. 2 does not see), or the sliding window (``im2col``) when
+n̂ = 1; strided, dilated or non-square convolutions use ``im2col``. Everything else is ``direct``.
 """
 
 from __future__ import annotations
@@ -23,11 +25,17 @@ CONV_SCHEMES = ("gemm", "strassen", "winograd", "im2col")
 
 @dataclass
 class ScheduleOptions:
-    """``winograd_max_tile`` bounds n̂ (float32 accuracy); ``strassen_min_dim`` is the smallest
+    """``winograd_max_tile`` bounds n̂ (float32 accuracy); ``winograd_min_tiles`` is the fewest
+    tiles per image a chosen n̂ may leave (see :func:`leti.engine.winograd.choose_tile`) and
+    ``winograd_min_channels`` the fewest input channels for Winograd at all (with ic = 3, a stem,
+    the α² products have K = 3 and the transforms outweigh them: im2col is 3× faster); both are
+    ignored when Winograd is forced; ``strassen_min_dim`` is the smallest
     half-dimension a Strassen level may produce (0 = MNN's inequality alone); ``conv_scheme``
     forces one scheme wherever it applies (for tests and benchmarks)."""
 
     winograd_max_tile: int = 6
+    winograd_min_tiles: int = 64
+    winograd_min_channels: int = 16
     strassen_min_dim: int = 1024
     conv_scheme: str | None = None
 
@@ -49,8 +57,9 @@ def conv_scheme(node: Node, x_shape, w_shape, opts: ScheduleOptions) -> Scheme:
         if forced == "gemm" or rule == 0:
             return Scheme("gemm")
         return Scheme("strassen", {"depth": rule if forced is None else min(rule, 2)})
-    if winogradable and forced in (None, "winograd"):
-        n = choose_tile(kh, ic, oc, oh, ow, opts.winograd_max_tile)
+    if winogradable and (forced == "winograd" or (forced is None and ic >= opts.winograd_min_channels)):
+        n = choose_tile(kh, ic, oc, oh, ow, opts.winograd_max_tile,
+                        0 if forced == "winograd" else opts.winograd_min_tiles)
         if forced == "winograd" and n == 1:
             n = 2
         if n > 1:

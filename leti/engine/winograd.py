@@ -92,7 +92,12 @@ def tile_cost(n: int, k: int, ic: int, oc: int) -> int:
     return 2 * ic * a ** 3 + ic * oc * a ** 2 + n * a * (2 * n + k - 1)
 
 
-def choose_tile(k: int, ic: int, oc: int, oh: int, ow: int, max_n: int = 6) -> int:
-    """n̂ minimising ``tile_cost(n)·⌈oh/n⌉·⌈ow/n⌉`` over ``1..max_n`` (ties: the smaller n)."""
-    costs = {n: tile_cost(n, k, ic, oc) * (-(-oh // n)) * (-(-ow // n)) for n in range(1, max_n + 1)}
+def choose_tile(k: int, ic: int, oc: int, oh: int, ow: int, max_n: int = 6, min_tiles: int = 0) -> int:
+    """n̂ minimising ``tile_cost(n)·⌈oh/n⌉·⌈ow/n⌉`` over ``1..max_n`` (ties: the smaller n).
+
+    ``min_tiles`` (per image) drops tile sizes that leave fewer tiles than that: the α² channel
+    products then have so few rows that BLAS runs far below peak while streaming α²/k² times the
+    filter's bytes, which Eq. 2 does not count (on a small map im2col's one tall product wins)."""
+    costs = {n: tile_cost(n, k, ic, oc) * (-(-oh // n)) * (-(-ow // n)) for n in range(1, max_n + 1)
+             if n == 1 or (-(-oh // n)) * (-(-ow // n)) >= min_tiles}
     return min(costs, key=lambda n: (costs[n], n))

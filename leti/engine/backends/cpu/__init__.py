@@ -1,6 +1,10 @@
 """The CPU backend: NumPy/BLAS for matrix products, numba kernels (cached on disk) for the rest.
 
-``threads`` sets numba's thread pool (per run: cheap) and the BLAS thread count. The BLAS limit is
+``threads`` sets numba's thread pool (per run: cheap). Every matrix product runs as single-threaded
+BLAS calls inside that pool (see :mod:`.conv`), so BLAS itself is limited to one thread: with two
+pools on the same cores (OpenBLAS threads spinning after each product while numba's threads need
+the cores, and the reverse), two threads ran several times slower than one on a loaded 2-core
+machine. The BLAS limit is
 process-wide and costs milliseconds to apply, so it is applied on the first run and kept until
 :meth:`CPUBackend.close` (or the backend is garbage-collected).
 An op whose execution needs something this backend does not handle (weights computed at run time,
@@ -41,8 +45,8 @@ class CPUBackend(Backend):
     def begin_run(self) -> None:
         if self.threads:
             numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
-            if self._limits is None:
-                self._limits = threadpool_limits(limits=self.threads, user_api="blas")
+        if self._limits is None:
+            self._limits = threadpool_limits(limits=1, user_api="blas")
 
     def close(self) -> None:
         """Restore the BLAS thread count this backend changed."""

@@ -3,6 +3,7 @@ pooling and the LSTM recurrence."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext
@@ -25,17 +26,15 @@ def fully_connected(ctx: OpContext):
     w = ctx.constants.get(1)
     if w is None:
         return None
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = np.asfortranarray(w, dtype=np.float32)
     k, n = w.shape
     bias = ctx.constants.get(2)
     b = np.ascontiguousarray(bias, dtype=np.float32) if bias is not None else _EMPTY
     act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
 
     def run(ins, outs, scratch):
-        y2 = outs[0].reshape(-1, n)
-        np.matmul(ins[0].reshape(-1, k), w, out=y2)
-        if bias is not None or act:
-            K.bias_act(y2, b, bias is not None, act)
+        K.gemm_bias_act(ins[0].reshape(-1, k), w, outs[0].reshape(-1, n), b, bias is not None, act,
+                        numba.get_num_threads())
 
     return Execution(run)
 

@@ -2,16 +2,22 @@
 
 * ``gemm`` / ``strassen`` — 1×1 stride-1 convolutions are one matrix product over the NHWC data
   (no copy), optionally with Strassen levels;
-* ``winograd`` — F(n×n, k×k) with the generated A, B, G: numba input transform, α² batched BLAS
-  products against the pre-transformed filter ``U = G W Gᵀ``, numba output transform with the
-  bias and activation fused;
+* ``winograd`` — F(n×n, k×k) with the generated A, B, G: numba input transform, α² BLAS products
+  against the pre-transformed filter ``U = G W Gᵀ`` (one per position, split over numba's
+  threads), numba output transform with the bias and activation fused;
 * ``im2col`` — the sliding-window scheme for everything else (strides, dilations, n̂ = 1): numba
-  builds the column matrix in a scratch buffer, BLAS multiplies it;
+  builds the column matrix in a scratch buffer planned at resize, BLAS multiplies it;
 * depthwise convolutions run a direct numba kernel.
+
+Every matrix product runs as single-threaded BLAS calls inside numba's thread pool
+(:func:`kernels.gemm_bias_act`, :func:`kernels.batched_gemm`) with the bias and activation applied
+to each row block while it is in cache: one pool of threads for the whole model, so BLAS threads
+and numba threads never compete for the same cores.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext
@@ -21,6 +27,12 @@ from leti.engine.strassen import strassen_matmul
 from leti.engine.winograd import winograd_matrices
 
 _EMPTY = np.zeros(1, dtype=np.float32)
+
+
+def _packed(w2: np.ndarray) -> np.ndarray:
+    """GEMM weights ``(k, n)`` stored column-major: OpenBLAS packs a transposed B faster, which
+    matters most for the few-row products of small feature maps."""
+    return np.asfortranarray(w2, dtype=np.float32)
 
 
 def _bias_act(ctx: OpContext, nout: int):
@@ -43,18 +55,22 @@ def conv2d(ctx: OpContext) -> Execution | None:
     if scheme.name in ("gemm", "strassen"):
         if (kh, kw, sh, sw) != (1, 1, 1, 1) or any(pads):
             return None
-        w2 = np.ascontiguousarray(w.reshape(ic, oc), dtype=np.float32)
         depth = int(scheme.params.get("depth", 0)) if scheme.name == "strassen" else 0
+        if depth:
+            w2 = np.ascontiguousarray(w.reshape(ic, oc), dtype=np.float32)
 
-        def run_gemm(ins, outs, scratch):
-            x2 = ins[0].reshape(rows, ic)
-            y2 = outs[0].reshape(rows, oc)
-            if depth:
-                strassen_matmul(x2, w2, depth, out=y2)
-            else:
-                np.matmul(x2, w2, out=y2)
-            if has_bias or act:
-                K.bias_act(y2, bias, has_bias, act)
+            def run_strassen(ins, outs, scratch):
+                y2 = outs[0].reshape(rows, oc)
+                strassen_matmul(ins[0].reshape(rows, ic), w2, depth, out=y2)
+                if has_bias or act:
+                    K.bias_act(y2, bias, has_bias, act)
+
+            return Execution(run_strassen)
+        w2 = _packed(w.reshape(ic, oc))
+
+        def run_gemm(ins, outs, scratch):  # NHWC is already the (rows, ic) matrix: no copy
+            K.gemm_bias_act(ins[0].reshape(rows, ic), w2, outs[0].reshape(rows, oc), bias, has_bias, act,
+                            numba.get_num_threads())
 
         return Execution(run_gemm)
 
@@ -65,7 +81,7 @@ def conv2d(ctx: OpContext) -> Execution | None:
         at, bt, g = winograd_matrices(n, kh)
         alpha = n + kh - 1
         u = np.einsum("ai,bj,ijco->abco", g, g, w.astype(np.float64)).reshape(alpha * alpha, ic, oc)
-        u = np.ascontiguousarray(u, dtype=np.float32)
+        ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)  # per position (oc, ic)
         at32, bt32 = at.astype(np.float32), bt.astype(np.float32)
         th, tw = -(-oh // n), -(-ow // n)
         tiles = x_shape[0] * th * tw
@@ -75,24 +91,22 @@ def conv2d(ctx: OpContext) -> Execution | None:
         def run_winograd(ins, outs, scratch):
             v = scratch[0].view(np.float32).reshape(alpha * alpha, tiles, ic)
             m = scratch[1].view(np.float32).reshape(alpha * alpha, tiles, oc)
-            K.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw)
-            np.matmul(v, u, out=m)
-            K.winograd_output(m, at32, outs[0], bias, has_bias, act, th, tw)
+            threads = numba.get_num_threads()
+            K.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads)
+            K.batched_gemm(v, ut, m)
+            K.winograd_output(m, at32, outs[0], bias, has_bias, act, th, tw, threads)
 
         return Execution(run_winograd, scratch=(v_bytes, m_bytes))
 
     # im2col: the general sliding-window scheme
-    w2 = np.ascontiguousarray(w.reshape(kh * kw * ic, oc), dtype=np.float32)
+    w2 = _packed(w.reshape(kh * kw * ic, oc))
     cols = kh * kw * ic
     pt, pl = pads[0], pads[2]
 
     def run_im2col(ins, outs, scratch):
         col = scratch[0].view(np.float32).reshape(rows, cols)
         K.im2col(ins[0], col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-        y2 = outs[0].reshape(rows, oc)
-        np.matmul(col, w2, out=y2)
-        if has_bias or act:
-            K.bias_act(y2, bias, has_bias, act)
+        K.gemm_bias_act(col, w2, outs[0].reshape(rows, oc), bias, has_bias, act, numba.get_num_threads())
 
     return Execution(run_im2col, scratch=(rows * cols * 4,))
 

@@ -8,6 +8,7 @@ backend sets from its ``threads`` option.
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401 - numba's np.dot calls it: load it before thread limits apply
 from numba import njit, prange
 
 ACT_CODE = {"none": 0, None: 0, "relu": 1, "relu6": 2}
@@ -57,86 +58,139 @@ def im2col(x, col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
 
 
 @njit(parallel=True, cache=True, fastmath=True)
-def winograd_input(x, bt, v, n_out, pt, pl, th, tw):
-    """Tiles of ``x[b]`` (α×α, stride n_out, zero padded) transformed to ``v[a·α + b, t, c] = (Bᵀ X B)[a, b]``."""
+def winograd_input(x, bt, v, n_out, pt, pl, th, tw, threads):
+    """Tiles of ``x[b]`` (α×α, stride n_out, zero padded) transformed to ``v[a·α + b, t, c] = (Bᵀ X B)[a, b]``.
+
+    Tiles are split into a few chunks per thread (``threads``: numba's current count); each chunk reuses two α×α×C buffers and every
+    inner loop runs over contiguous channels (vectorised)."""
     nb, h, w, c = x.shape
     alpha = bt.shape[0]
     tiles = th * tw
-    for bt_idx in prange(nb * tiles):
-        b = bt_idx // tiles
-        t = bt_idx % tiles
-        y0 = (t // tw) * n_out - pt
-        x0 = (t % tw) * n_out - pl
-        d = np.zeros((alpha, alpha, c), dtype=np.float32)
-        for i in range(alpha):
-            yy = y0 + i
-            if 0 <= yy < h:
+    total = nb * tiles
+    nchunks = max(1, min(total, 4 * threads))
+    for ch in prange(nchunks):
+        d = np.empty((alpha, alpha, c), dtype=np.float32)
+        tmp = np.empty((alpha, alpha, c), dtype=np.float32)
+        for row in range(ch * total // nchunks, (ch + 1) * total // nchunks):
+            b = row // tiles
+            t = row % tiles
+            y0 = (t // tw) * n_out - pt
+            x0 = (t % tw) * n_out - pl
+            for i in range(alpha):
+                yy = y0 + i
                 for j in range(alpha):
                     xx = x0 + j
-                    if 0 <= xx < w:
+                    if 0 <= yy < h and 0 <= xx < w:
                         for ci in range(c):
                             d[i, j, ci] = x[b, yy, xx, ci]
-        tmp = np.zeros((alpha, alpha, c), dtype=np.float32)
-        for a in range(alpha):
-            for i in range(alpha):
-                f = bt[a, i]
-                if f != 0.0:
-                    for j in range(alpha):
+                    else:
                         for ci in range(c):
-                            tmp[a, j, ci] += f * d[i, j, ci]
-        row = b * tiles + t
-        for a in range(alpha):
-            for bb in range(alpha):
-                for ci in range(c):
-                    v[a * alpha + bb, row, ci] = 0.0
+                            d[i, j, ci] = 0.0
+            for a in range(alpha):  # tmp = Bᵀ d (rows)
                 for j in range(alpha):
-                    f = bt[bb, j]
-                    if f != 0.0:
-                        for ci in range(c):
-                            v[a * alpha + bb, row, ci] += f * tmp[a, j, ci]
+                    for ci in range(c):
+                        tmp[a, j, ci] = 0.0
+                    for i in range(alpha):
+                        f = bt[a, i]
+                        if f != 0.0:
+                            for ci in range(c):
+                                tmp[a, j, ci] += f * d[i, j, ci]
+            for a in range(alpha):  # v = tmp B (columns)
+                for bb in range(alpha):
+                    out = v[a * alpha + bb, row]
+                    for ci in range(c):
+                        out[ci] = 0.0
+                    for j in range(alpha):
+                        f = bt[bb, j]
+                        if f != 0.0:
+                            for ci in range(c):
+                                out[ci] += f * tmp[a, j, ci]
 
 
 @njit(parallel=True, cache=True, fastmath=True)
-def winograd_output(m, at, y, bias, has_bias, act, th, tw):
+def winograd_output(m, at, y, bias, has_bias, act, th, tw, threads):
     """``y[b, ty·n + i, tx·n + j, :] = act((Aᵀ M A)[i, j] + bias)``, cropped to y's size."""
     nb, oh, ow, oc = y.shape
     n_out, alpha = at.shape
     tiles = th * tw
-    for bt_idx in prange(nb * tiles):
-        b = bt_idx // tiles
-        t = bt_idx % tiles
-        row = b * tiles + t
-        y0 = (t // tw) * n_out
-        x0 = (t % tw) * n_out
-        tmp = np.zeros((n_out, alpha, oc), dtype=np.float32)
-        for i in range(n_out):
-            for a in range(alpha):
-                f = at[i, a]
-                if f != 0.0:
-                    for bb in range(alpha):
-                        for o in range(oc):
-                            tmp[i, bb, o] += f * m[a * alpha + bb, row, o]
-        for i in range(n_out):
-            yy = y0 + i
-            if yy >= oh:
-                continue
-            for j in range(n_out):
-                xx = x0 + j
-                if xx >= ow:
+    total = nb * tiles
+    nchunks = max(1, min(total, 4 * threads))
+    for ch in prange(nchunks):
+        tmp = np.empty((n_out, alpha, oc), dtype=np.float32)
+        acc = np.empty(oc, dtype=np.float32)
+        for row in range(ch * total // nchunks, (ch + 1) * total // nchunks):
+            b = row // tiles
+            t = row % tiles
+            y0 = (t // tw) * n_out
+            x0 = (t % tw) * n_out
+            for i in range(n_out):  # tmp = Aᵀ M (rows)
+                for bb in range(alpha):
+                    for o in range(oc):
+                        tmp[i, bb, o] = 0.0
+                    for a in range(alpha):
+                        f = at[i, a]
+                        if f != 0.0:
+                            src = m[a * alpha + bb, row]
+                            for o in range(oc):
+                                tmp[i, bb, o] += f * src[o]
+            for i in range(n_out):
+                yy = y0 + i
+                if yy >= oh:
                     continue
-                for o in range(oc):
-                    acc = np.float32(0.0)
+                for j in range(n_out):
+                    xx = x0 + j
+                    if xx >= ow:
+                        continue
+                    for o in range(oc):
+                        acc[o] = bias[o] if has_bias else 0.0
                     for bb in range(alpha):
-                        acc += at[j, bb] * tmp[i, bb, o]
+                        f = at[j, bb]
+                        if f != 0.0:
+                            for o in range(oc):
+                                acc[o] += f * tmp[i, bb, o]
+                    dst = y[b, yy, xx]
+                    for o in range(oc):
+                        dst[o] = _act(acc[o], act)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def gemm_bias_act(a, b, y, bias, has_bias, act, threads):
+    """``y = act(a @ b + bias)`` for 2-D ``a`` (rows × k), ``b`` (k × n, C or F order) and C-contiguous
+    ``y``: rows split into one block per numba thread, each block one single-threaded BLAS call
+    (scipy's) followed by the epilogue while the block is in cache. Keeping the GEMMs inside numba's
+    pool means one set of threads (no BLAS pool competing with numba's for the cores)."""
+    m = a.shape[0]
+    n = b.shape[1]
+    blocks = max(1, min(threads, m // 16))
+    for i in prange(blocks):
+        r0 = i * m // blocks
+        r1 = (i + 1) * m // blocks
+        np.dot(a[r0:r1], b, y[r0:r1])
+        if has_bias or act != 0:
+            for r in range(r0, r1):
+                for c in range(n):
+                    v = y[r, c]
                     if has_bias:
-                        acc += bias[o]
-                    y[b, yy, xx, o] = _act(acc, act)
+                        v += bias[c]
+                    y[r, c] = _act(v, act)
+
+
+@njit(parallel=True, cache=True)
+def batched_gemm(v, ut, m):
+    """``m[p] = v[p] @ ut[p]ᵀ`` for every p (the α² Winograd products), one BLAS call per p in
+    numba's pool; ``ut`` stores each matrix transposed (BLAS packs it faster for few rows)."""
+    for p in prange(v.shape[0]):
+        np.dot(v[p], ut[p].T, m[p])
 
 
 @njit(parallel=True, cache=True, fastmath=True)
 def depthwise(x, w, bias, has_bias, y, mult, sh, sw, dh, dw, pt, pl, act):
-    """Depthwise conv: ``y[.., c·mult + m] = Σ x[.., c] · w[i, j, c·mult + m]``."""
-    nb, h, wd, c = x.shape
+    """Depthwise conv: ``y[.., c·mult + m] = Σ x[.., c] · w[i, j, c·mult + m]``.
+
+    Parallel over output rows; per output pixel the taps accumulate into a channel vector with
+    contiguous, vectorised loops over channels (the multiplier-1 case, MobileNet's, has no index
+    arithmetic in the inner loop)."""
+    nb, h, wd, _ = x.shape
     _, oh, ow, oc = y.shape
     kh, kw, _ = w.shape
     for r in prange(nb * oh):
@@ -144,8 +198,12 @@ def depthwise(x, w, bias, has_bias, y, mult, sh, sw, dh, dw, pt, pl, act):
         yo = r % oh
         acc = np.empty(oc, dtype=np.float32)
         for xo in range(ow):
-            for o in range(oc):
-                acc[o] = bias[o] if has_bias else 0.0
+            if has_bias:
+                for o in range(oc):
+                    acc[o] = bias[o]
+            else:
+                for o in range(oc):
+                    acc[o] = 0.0
             for i in range(kh):
                 yy = yo * sh - pt + i * dh
                 if yy < 0 or yy >= h:
@@ -154,10 +212,17 @@ def depthwise(x, w, bias, has_bias, y, mult, sh, sw, dh, dw, pt, pl, act):
                     xx = xo * sw - pl + j * dw
                     if xx < 0 or xx >= wd:
                         continue
-                    for o in range(oc):
-                        acc[o] += x[n, yy, xx, o // mult] * w[i, j, o]
+                    xr = x[n, yy, xx]
+                    wr = w[i, j]
+                    if mult == 1:
+                        for o in range(oc):
+                            acc[o] += xr[o] * wr[o]
+                    else:
+                        for o in range(oc):
+                            acc[o] += xr[o // mult] * wr[o]
+            yr = y[n, yo, xo]
             for o in range(oc):
-                y[n, yo, xo, o] = _act(acc[o], act)
+                yr[o] = _act(acc[o], act)
 
 
 @njit(parallel=True, cache=True, fastmath=True)

@@ -1,0 +1,176 @@
+"""The CPU backend's fast kernels against NumPy / the reference, and the scheme and thread choices
+they rely on (row-block GEMMs in numba's pool, BLAS held to one thread, Winograd's minimum tiles)."""
+
+import numba
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+from leti.engine.backends.cpu import CPUBackend
+from leti.engine.backends.cpu import kernels as K
+from leti.engine.graph import Graph
+from leti.engine.reference import run_reference
+from leti.engine.session import Session
+from leti.engine.winograd import choose_tile, winograd_matrices
+from tests.engine.conftest import rel_err
+
+TOL = 1e-4
+
+
+def _relu6(v):
+    return np.clip(v, 0, 6)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows, order", [(1, "C"), (15, "F"), (100, "F"), (257, "C")])
+@pytest.mark.parametrize("act", [0, 1, 2])
+def test_gemm_bias_act_matches_numpy(rng, threads, rows, order, act):
+    a = rng.standard_normal((rows, 40)).astype(np.float32)
+    b = np.asarray(rng.standard_normal((40, 24)), dtype=np.float32, order=order)
+    bias = rng.standard_normal(24).astype(np.float32)
+    y = np.full((rows, 24), np.nan, np.float32)
+    K.gemm_bias_act(a, b, y, bias, True, act, threads)
+    ref = a.astype(np.float64) @ b + bias
+    ref = {0: ref, 1: np.maximum(ref, 0), 2: _relu6(ref)}[act]
+    assert rel_err(y, ref) < TOL
+
+
+def test_gemm_without_bias_leaves_the_product(rng):
+    a = rng.standard_normal((64, 8)).astype(np.float32)
+    b = np.asfortranarray(rng.standard_normal((8, 5)).astype(np.float32))
+    y = np.empty((64, 5), np.float32)
+    K.gemm_bias_act(a, b, y, np.zeros(1, np.float32), False, 0, 2)
+    assert rel_err(y, a @ b) < TOL
+    assert (y < 0).any()  # no activation applied
+
+
+def test_batched_gemm_multiplies_by_the_transposed_store(rng):
+    v = rng.standard_normal((9, 20, 6)).astype(np.float32)
+    ut = rng.standard_normal((9, 7, 6)).astype(np.float32)  # per position (oc, ic)
+    m = np.empty((9, 20, 7), np.float32)
+    K.batched_gemm(v, ut, m)
+    assert rel_err(m, v @ ut.transpose(0, 2, 1)) < TOL
+
+
+@pytest.mark.parametrize("n, hw, pads", [(2, (7, 9), (1, 1)), (4, (10, 10), (1, 1)), (3, (6, 5), (0, 2))])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_winograd_kernels_give_the_convolution(rng, n, hw, pads, threads):
+    """Input transform, α² products and output transform together equal a 3×3 convolution with
+    bias and ReLU, for tile counts that do not divide the chunking evenly."""
+    h, w = hw
+    ic, oc = 5, 6
+    pt, pl = pads
+    x = rng.standard_normal((2, h, w, ic)).astype(np.float32)
+    wt = rng.standard_normal((3, 3, ic, oc))
+    bias = rng.standard_normal(oc).astype(np.float32)
+    oh, ow = h + 2 * pt - 2, w + 2 * pl - 2
+    at, bt, g = winograd_matrices(n, 3)
+    alpha = n + 2
+    th, tw = -(-oh // n), -(-ow // n)
+    tiles = 2 * th * tw
+    v = np.empty((alpha * alpha, tiles, ic), np.float32)
+    m = np.empty((alpha * alpha, tiles, oc), np.float32)
+    u = np.einsum("ai,bj,ijco->abco", g, g, wt).reshape(alpha * alpha, ic, oc)
+    ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)
+    y = np.empty((2, oh, ow, oc), np.float32)
+    K.winograd_input(x, bt.astype(np.float32), v, n, pt, pl, th, tw, threads)
+    K.batched_gemm(v, ut, m)
+    K.winograd_output(m, at.astype(np.float32), y, bias, True, 1, th, tw, threads)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pt), (pl, pl), (0, 0)))
+    ref = sum(xp[:, i:i + oh, j:j + ow] @ wt[i, j] for i in range(3) for j in range(3)) + bias
+    assert rel_err(y, np.maximum(ref, 0)) < TOL
+
+
+def _dw_graph(x_shape, w, stride, mult, act):
+    g = Graph()
+    g.add_tensor("x", x_shape)
+    g.inputs = ["x"]
+    wn = g.add_constant("w", w)
+    bn = g.add_constant("b", np.linspace(-1, 1, w.shape[2]).astype(np.float32))
+    from leti.engine import ops
+
+    attrs = {"strides": [stride] * 2, "padding": "same", "multiplier": mult, "activation": act}
+    g.add_tensor("y", ops.get("depthwise_conv2d").infer([x_shape, w.shape, (w.shape[2],)], attrs)[0])
+    g.add_node("depthwise_conv2d", ["x", wn, bn], ["y"], **attrs)
+    g.outputs = ["y"]
+    return g
+
+
+@pytest.mark.parametrize("stride, mult, act", [(1, 1, "relu6"), (2, 1, "none"), (1, 2, "relu"), (2, 3, "relu6")])
+def test_depthwise_matches_reference(rng, stride, mult, act):
+    c = 6
+    w = rng.standard_normal((3, 3, c * mult)).astype(np.float32)
+    g = _dw_graph((1, 9, 8, c), w, stride, mult, act)
+    x = rng.standard_normal((1, 9, 8, c)).astype(np.float32)
+    y = Session(g, backends=("cpu",), threads=2).run({"x": x})["y"]
+    assert rel_err(y, run_reference(g, {"x": x})["y"]) < TOL
+
+
+def test_fully_connected_uses_the_fused_gemm(rng):
+    g = Graph()
+    g.add_tensor("x", (3, 10))
+    g.inputs = ["x"]
+    w = g.add_constant("w", rng.standard_normal((10, 4)).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(4).astype(np.float32))
+    g.add_tensor("y", (3, 4))
+    g.add_node("fully_connected", ["x", w, b], ["y"], activation="relu")
+    g.outputs = ["y"]
+    x = rng.standard_normal((3, 10)).astype(np.float32)
+    y = Session(g, backends=("cpu",)).run({"x": x})["y"]
+    assert rel_err(y, run_reference(g, {"x": x})["y"]) < TOL
+    assert (y == 0).any() and (y > 0).any()
+
+
+def test_min_tiles_moves_small_maps_to_fewer_larger_tiles_or_im2col():
+    # 16×16×256: Eq. 2 alone picks F(4×4) (16 tiles); at least 64 tiles leaves F(2×2)
+    assert choose_tile(3, 256, 256, 16, 16) == 4
+    assert choose_tile(3, 256, 256, 16, 16, min_tiles=64) == 2
+    # 8×8: no tile size leaves 64 tiles, so the sliding window
+    assert choose_tile(3, 512, 512, 8, 8, min_tiles=64) == 1
+    assert choose_tile(3, 128, 128, 32, 32, min_tiles=64) == 4
+
+
+def test_session_schemes_follow_min_tiles():
+    g = Graph()
+    g.add_tensor("x", (1, 8, 8, 64))
+    g.inputs = ["x"]
+    w = g.add_constant("w", np.ones((3, 3, 64, 64), np.float32))
+    g.add_tensor("y", (1, 8, 8, 64))
+    g.add_node("conv2d", ["x", w], ["y"], padding="same")
+    g.outputs = ["y"]
+    assert Session(g, backends=("cpu",)).resize().steps[0].scheme.name == "im2col"
+    s = Session(g, backends=("cpu",), winograd_min_tiles=0).resize()
+    assert s.steps[0].scheme.name == "winograd"
+    assert Session(g, backends=("cpu",), conv_scheme="winograd").resize().steps[0].scheme.name == "winograd"
+
+
+def test_backend_runs_blas_single_threaded_and_restores_it():
+    before = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    b = CPUBackend(threads=2)
+    b.begin_run()
+    try:
+        during = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+        assert during and all(n == 1 for n in during)
+        assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        b.end_run()
+        b.close()
+    after = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    assert all(after[k] == v for k, v in before.items() if k in after)
+
+
+def test_stem_convolutions_with_few_channels_use_im2col():
+    def scheme(ic, **opts):
+        g = Graph()
+        g.add_tensor("x", (1, 32, 32, ic))
+        g.inputs = ["x"]
+        w = g.add_constant("w", np.ones((3, 3, ic, 32), np.float32))
+        g.add_tensor("y", (1, 32, 32, 32))
+        g.add_node("conv2d", ["x", w], ["y"], padding="same")
+        g.outputs = ["y"]
+        return Session(g, backends=("cpu",), **opts).resize().steps[0].scheme.name
+
+    assert scheme(3) == "im2col"
+    assert scheme(32) == "winograd"
+    assert scheme(3, winograd_min_channels=1) == "winograd"
+    assert scheme(3, conv_scheme="winograd") == "winograd"
