@@ -1,0 +1,125 @@
+"""The analysis notebooks: each runs top to bottom in fast mode (``LETI_FAST=1``), and the committed
+copies carry the outputs of a full run (plots included) so that a reader sees them without running.
+
+The NB101 dataset a notebook reads is ``datasets/nb101_local_cpu.parquet`` or, failing that, the file
+named by ``$LETI_NB_DATA``; with neither, the notebooks stop with a clear error and these tests fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+NB_DIR = ROOT / "notebooks"
+NOTEBOOKS = ["01_dataset", "02_predictors", "03_lut", "04_search"]
+KEY_PREFIX = "LETI_KEY_JSON "
+
+
+def _images(nb) -> int:
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def _errors(nb) -> list[str]:
+    return [f"{o.ename}: {o.evalue}" for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type == "error"]
+
+
+def _run(name: str, monkeypatch) -> tuple[object, dict]:
+    """Execute the notebook in fast mode; return it and its ``KEY`` dict (read by one extra cell)."""
+    monkeypatch.setenv("LETI_FAST", "1")
+    nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(f"import json as _j; print({KEY_PREFIX!r} + _j.dumps(KEY))"))
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}).execute()
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    line = next(ln for ln in text.splitlines() if ln.startswith(KEY_PREFIX))
+    return nb, json.loads(line[len(KEY_PREFIX):])
+
+
+def _finite(*values) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def _pareto_consistent(front: list[list[float]]) -> bool:
+    """Fastest first, each next point slower (or equal) and strictly more accurate: nobody dominates."""
+    return all(b[0] >= a[0] and b[1] > a[1] for a, b in zip(front, front[1:]))
+
+
+# ---- the committed notebooks: full-mode outputs, plots, no errors -------------------------------------
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_has_full_run_outputs(name):
+    nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.get("execution_count") for c in code), "not executed top to bottom"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "cells run out of order"
+    assert not _errors(nb)
+    assert _images(nb) >= 1
+    first = "".join(o.get("text", "") for o in code[0].outputs if o.output_type == "stream")
+    assert "fast: False" in first, "committed outputs must come from a full (not LETI_FAST) run"
+
+
+def test_readme_figures_exist():
+    for png in ("nb101_cpu_latency_vs_flops.png", "predictors_acc10.png", "search_front.png"):
+        data = (NB_DIR / "figures" / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, png
+
+
+# ---- executed in fast mode ---------------------------------------------------------------------------
+def test_01_dataset_runs(monkeypatch):
+    nb, key = _run("01_dataset", monkeypatch)
+    assert not _errors(nb) and _images(nb) >= 4
+    assert key["nb101_cells"] >= 3 and key["nb201_devices"] == 5
+    assert 0.0 <= key["nb101_r2_flops"] <= 1.0
+    assert _finite(key["nb101_spearman_flops"], key["nb101_spearman_peak_memory"], key["nb101_pass_pearson_min"])
+    assert -1.0 <= key["nb101_pass_pearson_min"] <= 1.0
+
+
+def test_02_predictors_runs(monkeypatch):
+    nb, key = _run("02_predictors", monkeypatch)
+    assert not _errors(nb) and _images(nb) >= 3
+    assert key["predictors"] == 11
+    nb201 = {d: a for d, a in key["best_acc10"].items() if d.startswith("nb201/")}
+    assert len(nb201) == 5 and any(d.startswith("nb101/") for d in key["best_acc10"])
+    assert all(_finite(a) and 0 <= a <= 100 for a in key["best_acc10"].values())
+    assert all(_finite(r) for r in key["best_r2"].values())
+    # even in fast mode (150 training cells) the best predictor is within 10 % on most cells of most devices
+    assert sorted(nb201.values())[2] > 80, nb201
+
+
+def test_03_lut_runs(monkeypatch):
+    nb, key = _run("03_lut", monkeypatch)
+    assert not _errors(nb) and _images(nb) >= 1
+    assert key["models"] >= 3 and key["distinct_blocks"] >= 10
+    assert set(key["direct_ms"]) == set(key["table_ms"]) == set(key["rel_error_pct"])
+    for name, direct in key["direct_ms"].items():
+        table = key["table_ms"][name]
+        assert _finite(direct, table) and direct > 0 and table > 0
+        assert abs(key["rel_error_pct"][name] - 100 * (table - direct) / direct) < 0.5
+        cpu_direct, cpu_table = key["direct_cpu_ms"][name], key["table_cpu_ms"][name]
+        assert _finite(cpu_direct, cpu_table) and cpu_direct > 0 and cpu_table > 0
+        # small networks: the sum of blocks is the same order as the network (wall and CPU time)
+        assert 0.25 < table / direct < 4 and 0.25 < cpu_table / cpu_direct < 4, name
+
+
+def test_04_search_runs(monkeypatch):
+    nb, key = _run("04_search", monkeypatch)
+    assert not _errors(nb) and _images(nb) >= 1
+    points, front = key["public_points"], key["public_front"]
+    assert len(points) == 500 and all(_finite(*p) for p in points)
+    assert front and _pareto_consistent(front)
+    # the front is exactly the non-dominated public cells
+    def dominated(p):
+        return any(q[0] <= p[0] and q[1] >= p[1] and (q[0] < p[0] or q[1] > p[1]) for q in points)
+
+    assert not any(dominated(p) for p in front)
+    assert all(dominated(p) or p in front for p in points)
+    assert key["space_evaluated"] > 0 and key["space_front"] and _pareto_consistent(key["space_front"])
+    assert all(_finite(v) and v > 0 for v in key["hypervolume"].values())
+    assert key["check_rel_error_pct"] and all(_finite(e) for e in key["check_rel_error_pct"])
