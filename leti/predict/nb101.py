@@ -14,6 +14,7 @@ cell ``i`` is ``nv[i] - 1``.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from leti.generate.network import NetworkConfig
@@ -49,8 +50,151 @@ def module_costs(adj: np.ndarray, labels: np.ndarray, nv: np.ndarray, h: int, w:
     """FLOPs, params, peak bytes (input counted) and ``(N, 7)`` per-vertex FLOPs of one module.
 
     Per-vertex FLOPs put a vertex's op and its input projection on the vertex, the output projection
-    on the output vertex.
+    on the output vertex. A compiled per-cell loop (``_module_kernel``) of exactly the computation of
+    :func:`module_costs_reference`, which is the readable NumPy form and is kept to test it.
     """
+    adj = np.ascontiguousarray(adj, np.int64)
+    labels = np.ascontiguousarray(labels, np.int64)
+    nv = np.ascontiguousarray(nv, np.int64)
+    n = adj.shape[0]
+    flops, params, peak = np.empty(n), np.empty(n), np.empty(n)
+    vflops = np.empty((n, V))
+    _module_kernel(adj, labels, nv, int(h), int(w), int(cin), int(channels), flops, params, peak, vflops)
+    return flops, params, peak, vflops
+
+
+@numba.njit(cache=True, nogil=True)
+def _module_kernel(adj, labels, nv, h, w, cin, channels, flops_out, params_out, peak_out, vflops_out):
+    hw = h * w
+    big = 10**6
+    ch = np.zeros(V, np.int64)
+    feeds = np.zeros(V, np.bool_)
+    interior = np.zeros(V, np.bool_)
+    proj = np.zeros(V, np.bool_)
+    has_sum = np.zeros(V, np.bool_)
+    entry_slot = np.zeros(V, np.int64)
+    frees = np.zeros(18, np.int64)
+    alloc = np.zeros(18, np.int64)
+    for r in range(adj.shape[0]):
+        a = adj[r]
+        out = nv[r] - 1
+        # channels (as _vertex_channels)
+        n_feed = 0
+        for t in range(V):
+            feeds[t] = 1 <= t < out and a[t, out] != 0
+            n_feed += feeds[t]
+        safe = max(n_feed, 1)
+        base, extra = channels // safe, channels % safe
+        rank = 0
+        for t in range(V):
+            ch[t] = 0
+            if feeds[t]:
+                ch[t] = base + (1 if rank < extra else 0)
+                rank += 1
+        for t in range(V - 2, 0, -1):
+            if 1 <= t < out and not feeds[t]:
+                best = 0
+                for u in range(t + 1, V):
+                    if a[t, u] != 0 and 1 <= u < out and ch[u] > best:
+                        best = ch[u]
+                ch[t] = best
+        # FLOPs and params
+        out_proj = a[0, out] == 1
+        fl_total = 0
+        params = 0
+        for t in range(V):
+            interior[t] = ch[t] > 0
+            proj[t] = interior[t] and a[0, t] == 1
+            vf = 0
+            if interior[t]:
+                c = ch[t]
+                if labels[r, t] == 2:
+                    vf += 9 * hw * c
+                else:
+                    k2 = 9 if labels[r, t] == 0 else (1 if labels[r, t] == 1 else 0)
+                    vf += k2 * hw * c * c + 3 * hw * c
+                    params += k2 * c * c + 2 * c
+                if proj[t]:
+                    vf += hw * cin * c + 3 * hw * c
+                    params += cin * c + 2 * c
+            vflops_out[r, t] = vf
+            fl_total += vf
+        if out_proj:
+            of = hw * cin * channels + 3 * hw * channels
+            vflops_out[r, out] += of
+            fl_total += of
+            params += cin * channels + 2 * channels
+        flops_out[r] = fl_total
+        params_out[r] = params
+        # peak memory over the 18 slots (as module_costs_reference)
+        for t in range(V):
+            n_in = 1 if proj[t] else 0
+            for s in range(V):
+                if a[s, t] != 0 and interior[s] and interior[t]:
+                    n_in += 1
+            has_sum[t] = interior[t] and n_in > 1
+        has_concat = n_feed > 1
+        has_out_add = out_proj and n_feed >= 1
+        for t in range(1, V - 1):
+            entry_slot[t] = 3 * (t - 1) + (1 if has_sum[t] else 2)
+        frees[:] = 0
+        alloc[:] = 0
+        x_last = -1
+        for t in range(1, V - 1):
+            if proj[t]:
+                x_last = 3 * (t - 1)
+        if out_proj:
+            x_last = 16
+        for t in range(1, V - 1):
+            size = hw * ch[t]
+            s0, s1, s2 = 3 * (t - 1), 3 * (t - 1) + 1, 3 * (t - 1) + 2
+            if proj[t]:
+                alloc[s0] += size
+                if 0 <= entry_slot[t] < 18:
+                    frees[entry_slot[t]] += size
+            if has_sum[t]:
+                alloc[s1] += size
+                frees[s2] += size
+            last = -1
+            for u in range(t + 1, V - 1):
+                if a[t, u] != 0 and interior[t] and interior[u]:
+                    last = max(last, entry_slot[u])
+            if feeds[t]:
+                if has_concat:
+                    last = max(last, 15)
+                elif has_out_add:
+                    last = max(last, 17)
+                else:
+                    last = big
+            if interior[t]:
+                alloc[s2] += size
+                if 0 <= last < 18:
+                    frees[last] += size
+        full = hw * channels
+        if has_concat:
+            alloc[15] += full
+            if has_out_add:
+                frees[17] += full
+        if out_proj:
+            alloc[16] += full
+            if n_feed >= 1:
+                frees[17] += full
+        if has_out_add:
+            alloc[17] += full
+        if 0 <= x_last < 18:
+            frees[x_last] += hw * cin
+        live = hw * cin
+        peak = live
+        for s in range(18):
+            live += alloc[s]
+            peak = max(peak, live)
+            live -= frees[s]
+        peak_out[r] = peak * 4.0
+
+
+def module_costs_reference(adj: np.ndarray, labels: np.ndarray, nv: np.ndarray, h: int, w: int, cin: int,
+                           channels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`module_costs` in NumPy over the batch (the readable definition)."""
     adj = np.asarray(adj, np.int64)
     nv = np.asarray(nv, np.int64)
     n = adj.shape[0]
@@ -140,6 +284,9 @@ def network_costs(adj: np.ndarray, labels: np.ndarray, nv: np.ndarray, config: N
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """FLOPs, params, peak bytes and per-vertex FLOPs of the stacked network (as ``costs.network_costs``)."""
     s, c0 = config.input_size, config.stem_channels
+    adj = np.ascontiguousarray(adj, np.int64)  # once, not per module
+    labels = np.ascontiguousarray(labels, np.int64)
+    nv = np.ascontiguousarray(nv, np.int64)
     n = len(nv)
     flops = np.full(n, float(s * s * 9 * config.input_channels * c0 + 3 * s * s * c0))
     params = np.full(n, float(9 * config.input_channels * c0 + 2 * c0))

@@ -119,26 +119,27 @@ class LeastSquares:
 
 
 class _PredictAdapter:
-    """A :mod:`leti.predict` family used as a feature-matrix regressor (it must expose
-    ``fit_features``/``predict_features``, or the boosting families' ``_train``/``_raw_predict``)."""
+    """A :mod:`leti.predict` family used as a feature-matrix regressor through its public
+    ``fit_features``/``predict_features`` (the boosting families have them)."""
 
     def __init__(self, name: str):
         from leti.predict.base import make_predictor
 
         self.name = name
         self.model = make_predictor(name)
-        fit = getattr(self.model, "fit_features", None) or getattr(self.model, "_train", None)
-        pred = getattr(self.model, "predict_features", None) or getattr(self.model, "_raw_predict", None)
+        fit = getattr(self.model, "fit_features", None)
+        pred = getattr(self.model, "predict_features", None)
         if fit is None or pred is None:
             raise LetiError(f"leti.predict family {name!r} does not train on feature vectors")
         self._fit, self._pred = fit, pred
 
     def fit(self, X, y):
-        self._fit(np.asarray(X, np.float64), np.asarray(y, np.float64))
+        # the cost model regresses log(ms); leti.predict families take and return ms
+        self._fit(np.asarray(X, np.float64), np.exp(np.asarray(y, np.float64)))
         return self
 
     def predict(self, X):
-        return np.asarray(self._pred(np.asarray(X, np.float64)), np.float64)
+        return np.log(np.asarray(self._pred(np.asarray(X, np.float64)), np.float64))
 
 
 def _make(regressor):

@@ -1,0 +1,114 @@
+"""The compiled prediction paths equal the slow references they replace."""
+
+import numpy as np
+import pytest
+
+from leti.errors import DatasetError
+from leti.generate.space import enumerate_space
+from leti.predict import nb101
+from leti.predict.base import make_predictor
+from leti.predict.features import rich_features, rich_features_reference
+from leti.predict.spaces import NB101Space, as_table
+from leti.predict.trees import _float32_above
+
+
+@pytest.fixture(scope="module")
+def data(raspi4):
+    t = as_table(raspi4)
+    return t, raspi4.latency_ms.to_numpy()
+
+
+@pytest.fixture(scope="module")
+def space_sample():
+    return enumerate_space().sample(3000, seed=7)
+
+
+@pytest.mark.parametrize("name", ["xgboost", "lightgbm", "catboost"])
+@pytest.mark.parametrize("feats, depth", [("paper", 3), ("rich", 6)])
+def test_compiled_trees_equal_the_library(name, feats, depth, data):
+    t, y = data
+    m = make_predictor(name, features=feats, max_depth=depth, n_estimators=80).fit(t.take(np.arange(400)), y[:400])
+    np.testing.assert_allclose(m.predict(t), m.library_predict(t), rtol=2e-5)  # XGBoost sums in float32
+    one = t.take([450])
+    np.testing.assert_allclose(m.predict(one), m.library_predict(one), rtol=2e-5)
+
+
+def test_compiled_trees_in_parallel_equal_one_thread(data):
+    t, y = data
+    m = make_predictor("lightgbm", n_estimators=50).fit(t.take(np.arange(300)), y[:300])
+    a = m.predict(t)
+    m.set_params(n_jobs=2)
+    np.testing.assert_array_equal(m.predict(t), a)
+
+
+def test_float32_threshold_rule():
+    # x <= t (float64) on float32 x is the same as not (x >= _float32_above(t))
+    rng = np.random.default_rng(0)
+    for t in [0.1, 1.0, -2.5, 1e-30, float(np.float32(0.3)), 3.0000001]:
+        v = np.float32(_float32_above(t))
+        assert float(v) > t and float(np.nextafter(v, np.float32(-np.inf))) <= t
+        xs = (t + rng.normal(0, abs(t) * 1e-6 + 1e-38, 2000)).astype(np.float32)
+        np.testing.assert_array_equal(xs.astype(np.float64) > t, xs >= v)
+
+
+def test_compiled_trees_reject_bad_features(data):
+    t, y = data
+    m = make_predictor("xgboost", n_estimators=5).fit(t.take(np.arange(100)), y[:100])
+    ens = m.compiled_[0]
+    x = np.zeros((3, ens.num_features), np.float32)
+    x[1, 2] = np.nan
+    with pytest.raises(DatasetError, match="finite"):
+        ens.predict(x)
+    with pytest.raises(DatasetError, match="features"):
+        ens.predict(np.zeros((3, ens.num_features + 1)))
+
+
+def test_rich_features_equal_the_numpy_reference(data, space_sample):
+    t, _ = data
+    np.testing.assert_allclose(rich_features(t), rich_features_reference(t), rtol=1e-12)
+    t101 = NB101Space().table(space_sample)
+    np.testing.assert_allclose(rich_features(t101), rich_features_reference(t101), rtol=1e-12)
+
+
+def test_nb101_cost_kernel_equals_the_numpy_reference(space_sample):
+    adj, lab = space_sample.adjacency(), space_sample.full_labels()
+    nv = space_sample.num_vertices.astype(np.int64)
+    for dims in [(32, 32, 128, 128), (16, 16, 128, 256), (8, 8, 3, 5)]:
+        for got, ref in zip(nb101.module_costs(adj, lab, nv, *dims), nb101.module_costs_reference(adj, lab, nv, *dims)):
+            np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("params", [{}, {"node_flops": True, "global_node": True}])
+def test_fast_gcn_equals_the_torch_geometric_module(params, data):
+    t, y = data
+    m = make_predictor("gcn", hidden=48, epochs=3, **params).fit(t.take(np.arange(200)), y[:200])
+    for idx in ([5], list(range(12)), list(range(600))):  # the direct path and the shared-state path
+        sub = t.take(idx)
+        np.testing.assert_allclose(m.predict(sub), m.torch_predict(sub), rtol=1e-5)
+
+
+def test_fast_gcn_on_nb101_cells_with_padding(naslib):
+    t = as_table(naslib)
+    y = 1.0 + t.flops / 1e8
+    m = make_predictor("gcn", hidden=32, epochs=2).fit(t.take(np.arange(300)), y[:300])
+    assert (t.ops < 0).any()  # some cells have fewer than 7 vertices
+    np.testing.assert_allclose(m.predict(t), m.torch_predict(t), rtol=1e-5)
+
+
+def test_bfloat16_gcn_is_close_to_float32(data):
+    t, y = data
+    m = make_predictor("gcn", hidden=96, epochs=3).fit(t.take(np.arange(200)), y[:200])
+    a = m.predict(t)
+    m.set_params(precision="bfloat16")
+    b = m.predict(t)
+    assert not np.array_equal(a, b) and np.abs(b / a - 1).max() < 0.02
+
+
+def test_sortable_int_keeps_the_float_order():
+    from leti.predict.trees import _sortable
+
+    rng = np.random.default_rng(1)
+    a = np.concatenate([rng.normal(0, 1e3, 3000), [0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, 3e38, -3e38]])
+    a = a.astype(np.float32)
+    b = rng.permutation(a)[:500]
+    np.testing.assert_array_equal(a[:, None] >= b[None, :], _sortable(a)[:, None] >= _sortable(b)[None, :])
