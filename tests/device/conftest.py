@@ -36,7 +36,7 @@ def tiny_models(request) -> list[Path]:
     for c, n, s in TINY:
         p = root / f"conv_c{c}_n{n}_s{s}.tflite"
         if not p.is_file() or p.stat().st_size == 0:
-            tmp = p.with_suffix(".part")
+            tmp = p.with_suffix(f".part-{os.getpid()}")  # xdist workers may convert the same model at once
             _convert(tmp, c, n, s)
             tmp.replace(p)
         paths.append(p)
