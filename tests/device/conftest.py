@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,6 @@ def make_model(tiny_models, tmp_path):
 # ---- a real adb server on a private port, and loopback phones ------------------------------------
 import socket
 import subprocess
-import sys
 
 
 def free_port() -> int:
@@ -125,3 +125,20 @@ def runner_binary(tmp_path):
     from leti.device.loopback import write_runner_script
 
     return write_runner_script(tmp_path / "benchmark_model", sys.executable)
+
+
+def run_leti(capsys, *args) -> tuple[int, str, str]:
+    """Run the ``leti`` entry point in-process (as the console script does): exit code, stdout, stderr."""
+    from leti.cli import main
+
+    old = sys.argv
+    sys.argv = ["leti", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -2,12 +2,13 @@
 through adbutils → a real adb server → the loopback daemon, with faults injected on the device side."""
 
 import sqlite3
-import sys
 import threading
 import time
 
 import pandas as pd
 import pytest
+
+from tests.device.conftest import run_leti
 
 from leti.generate.table import cell_table, model_spec, write_table
 
@@ -15,19 +16,7 @@ PASSES = 2
 
 
 def leti(capsys, *args) -> tuple[int, str, str]:
-    from leti.cli import main
-
-    old = sys.argv
-    sys.argv = ["leti", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_leti(capsys, *args)
 
 
 @pytest.fixture(scope="session")

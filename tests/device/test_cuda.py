@@ -7,9 +7,10 @@ On a GPU machine without TensorFlow the test process builds its Keras models wit
 
 import importlib.util
 import os
-import sys
 
 import pytest
+
+from tests.device.conftest import run_leti
 
 from leti.errors import DeviceError
 
@@ -96,22 +97,13 @@ def test_one_gpu_through_keras_and_the_engine_into_one_dataset(capsys, cells, tm
     """`leti measure --device cuda` and `--device cuda-engine` on the same cells, `leti export` of both."""
     import pandas as pd
 
-    from leti.cli import main
     from leti.generate.table import cell_table, model_spec, write_table
 
     spec = model_spec("cell", input_shape=(16, 16, 8), channels=8)
     table = write_table(cell_table(cells[:2], spec), tmp_path / "cells.parquet", spec)
 
     def leti(*args):
-        old, sys.argv = sys.argv, ["leti", *map(str, args)]
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code or 0
-        finally:
-            sys.argv = old
-        out, err = capsys.readouterr()
+        code, out, err = run_leti(capsys, *args)
         assert code == 0, err
         return out
 

@@ -4,10 +4,11 @@ runtimes in one file. The cuda-engine tests need a GPU with CuPy and skip cleanl
 
 import json
 import sqlite3
-import sys
 
 import pandas as pd
 import pytest
+
+from tests.device.conftest import run_leti
 
 from leti.errors import CorruptModelError, DatasetError, DeviceError
 from leti.generate.table import cell_table, model_spec, write_table
@@ -22,19 +23,7 @@ def _has_cuda_engine() -> bool:
 
 
 def leti(capsys, *args) -> tuple[int, str, str]:
-    from leti.cli import main
-
-    old = sys.argv
-    sys.argv = ["leti", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_leti(capsys, *args)
 
 
 @pytest.fixture(scope="module")
