@@ -11,6 +11,18 @@ those runs (:class:`Batch`). Everything statistical lives here, in :func:`measur
 * with ``adaptive=True`` an experiment stops as soon as the 95 % confidence half-width of the mean is
   within ``ci_rel`` (±2 %) of the mean, and never runs more than ``runs`` timed runs.
 
+**Paired measurement against a reference** (``measure(..., reference=path)``, devices that run models
+in this process): a shared host's speed drifts by tens of percent over fractions of a second (other
+tenants on the physical core), far more than run-to-run noise, so two experiments on one model seconds
+apart disagree. The experiment then alternates short blocks (≈10 ms) of the model and of a fixed
+reference model, one untimed run after every switch so both are timed warm as in the plain protocol.
+Each timed run of the model is divided by the mean of the reference blocks around it; those
+*normalised samples* are what the stability limit, the adaptive stop and the CI apply to, and their
+median is the ``ratio`` (robust to a run preempted by another process). A campaign turns ratios back into milliseconds with one campaign-wide reference
+latency (the median of the reference's per-experiment means), so a slow second on the host no longer
+moves a cell (randomised interleaved trials, as in Abedi & Brecht's cloud benchmarking methodology).
+The raw statistics of the model's own runs are kept beside the ratio.
+
 Devices that only report summaries (``benchmark_model`` prints count/avg/std/min/max) are pooled exactly
 for mean and standard deviation; the median is exact when every batch kept its samples or a single batch
 reported it, and NaN otherwise (it is never made up).
@@ -18,6 +30,7 @@ reported it, and NaN otherwise (it is never made up).
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from abc import ABC, abstractmethod
@@ -187,6 +200,19 @@ class Device(ABC):
         """Current temperature used for thermal care, or None when the device does not report one."""
         return None
 
+    def runner(self, model: Path) -> Callable[[], None]:
+        """A callable that runs ``model`` once, the model loaded and kept (paired measurement).
+
+        Only devices that run models in this process offer it; a phone's ``benchmark_model`` cannot
+        alternate two models within one process run.
+        """
+        raise DeviceError(f"{self.id}: paired measurement against a reference needs a device that runs models "
+                          "in this process (local, engine)")
+
+    @property
+    def pairable(self) -> bool:
+        return type(self).runner is not Device.runner
+
     def release(self, model: Path) -> None:
         """Forget ``model`` (drop interpreters, remove remote copies)."""
 
@@ -230,6 +256,10 @@ class Measurement:
     started_at: str
     finished_at: str
     raw_log: str = field(default="", repr=False)
+    #: paired measurement only: mean of the reference's timed runs, and mean and std of the normalised samples
+    ref_ms: float = NAN
+    ratio: float = NAN
+    ratio_std: float = NAN
 
     @property
     def rel_std(self) -> float:
@@ -273,25 +303,107 @@ def _experiment(device: Device, model: Path, p: Protocol) -> list[Batch]:
         batches.append(device.run(model, step, min(p.warmup, 2)))
 
 
-def measure(device: Device, model: Path | str, protocol: Protocol = Protocol()) -> Measurement:
-    """Measure ``model`` on ``device`` under ``protocol`` (reruns, adaptive stop, thermal care)."""
+#: Target length of one block of paired measurement (ms): well under the host's drift time scale.
+BLOCK_MS = 10.0
+
+
+def _paired_blocks(device: Device, model: Path, reference: Path, blocks: int, block_runs: int,
+                   warmup: int) -> tuple[list[float], list[float], list[float]]:
+    """Alternate ``blocks`` blocks of ``block_runs`` timed runs of model and reference.
+
+    Returns the model's run times, the reference's, and the model's normalised samples, all in ms.
+    A model block runs between two reference blocks; each of its runs is divided by the mean of those
+    two blocks' medians (the first block, which has none before it, by the one after it), which follows
+    a drift that changes within the block better than one neighbour does; medians, so that one run
+    preempted by another process does not move a whole block.
+    """
+    a, r = device.runner(model), device.runner(reference)
+    for _ in range(warmup):
+        a()
+        r()
+    clock = time.perf_counter_ns
+    ta = np.empty((blocks, block_runs))
+    tr = np.empty((blocks, block_runs))
+    gc.collect()
+    gc.disable()  # no collector pauses inside timed runs
+    try:
+        for j in range(blocks):
+            a()  # warm again after the reference ran
+            for k in range(block_runs):
+                t0 = clock()
+                a()
+                ta[j, k] = clock() - t0
+            r()
+            for k in range(block_runs):
+                t0 = clock()
+                r()
+                tr[j, k] = clock() - t0
+    finally:
+        gc.enable()
+    ta /= 1e6
+    tr /= 1e6
+    rb = np.median(tr, axis=1)
+    denom = np.concatenate([rb[:1], (rb[:-1] + rb[1:]) / 2])
+    norm = ta / denom[:, None]
+    return ta.ravel().tolist(), tr.ravel().tolist(), norm.ravel().tolist()
+
+
+def _experiment_paired(device: Device, model: Path, reference: Path, p: Protocol) -> tuple[Batch, Batch, Batch]:
+    """One paired experiment: (model runs, reference runs, normalised samples) as batches."""
+    probe = device.run(model, 3, p.warmup)  # sizes the blocks; the model is warm afterwards
+    block_runs = int(min(50, max(2, round(BLOCK_MS / max(probe.median_ms, 1e-3)))))
+    first = max(3, math.ceil(min(p.min_runs, p.runs) / block_runs))
+    cap = max(first, math.ceil(p.runs / block_runs))
+    ta, tr, norm = _paired_blocks(device, model, reference, first if p.adaptive else cap, block_runs, p.warmup)
+    while p.adaptive:
+        s = Batch.from_samples(norm)
+        if len(ta) >= p.runs or ci_half_width(s.n, s.std_ms, p.confidence) <= p.ci_rel * s.mean_ms:
+            break
+        tq = t_quantile(s.n, p.confidence)
+        needed = math.ceil((tq * s.std_ms / (p.ci_rel * s.mean_ms)) ** 2) if s.mean_ms > 0 else p.runs
+        more = min(max(needed - s.n, 2 * block_runs), p.runs - len(ta))
+        a2, r2, n2 = _paired_blocks(device, model, reference, max(1, math.ceil(more / block_runs)), block_runs,
+                                    min(p.warmup, 2))
+        ta, tr, norm = ta + a2, tr + r2, norm + n2
+    return Batch.from_samples(ta, delegation=probe.delegation, mem_init_mb=probe.mem_init_mb,
+                              mem_overall_mb=probe.mem_overall_mb), Batch.from_samples(tr), Batch.from_samples(norm)
+
+
+def measure(device: Device, model: Path | str, protocol: Protocol = Protocol(),
+            reference: Path | str | None = None) -> Measurement:
+    """Measure ``model`` on ``device`` under ``protocol`` (reruns, adaptive stop, thermal care).
+
+    With ``reference`` the measurement is paired (see the module docstring): the stability limit and the
+    adaptive stop apply to the normalised samples, and ``ref_ms``, ``ratio``, ``ratio_std`` are filled.
+    """
     model = Path(model)
     temp, cooled = cool_down(device, protocol.cooldown_above_c, protocol.cooldown_timeout_s)
     started = utc_now()
     logs: list[str] = []
+    paired: dict = {}
     for attempt in range(1, protocol.max_attempts + 1):
-        batches = _experiment(device, model, protocol)
-        logs.extend(b.raw_log for b in batches if b.raw_log)
-        s = pool(batches)
-        if s.rel_std <= protocol.max_rel_std:
+        if reference is None:
+            batches = _experiment(device, model, protocol)
+            logs.extend(b.raw_log for b in batches if b.raw_log)
+            s = pool(batches)
+            ok = s.rel_std <= protocol.max_rel_std
+        else:
+            target, ref, norm = _experiment_paired(device, model, Path(reference), protocol)
+            batches = [target]
+            s = pool(batches)
+            # the ratio is the median normalised sample: a preempted run is noise of the host, not the model's
+            paired = {"ref_ms": ref.mean_ms, "ratio": norm.median_ms, "ratio_std": norm.std_ms}
+            ok = norm.std_ms <= protocol.max_rel_std * norm.mean_ms
+        if ok:
             break
     last = batches[-1]
+    ci = (ci_half_width(s.n, s.std_ms, protocol.confidence) if reference is None
+          else ci_half_width(s.n, paired["ratio_std"], protocol.confidence) * paired["ref_ms"])
     return Measurement(
         device_id=device.id, backend=device.backend, mean_ms=s.mean_ms, median_ms=s.median_ms,
         std_ms=s.std_ms, min_ms=s.min_ms, max_ms=s.max_ms, runs=s.n, warmup=protocol.warmup,
-        attempts=attempt, stable=s.rel_std <= protocol.max_rel_std,
-        ci_half_width_ms=ci_half_width(s.n, s.std_ms, protocol.confidence), delegation=last.delegation,
+        attempts=attempt, stable=ok, ci_half_width_ms=ci, delegation=last.delegation,
         mem_init_mb=last.mem_init_mb, mem_overall_mb=last.mem_overall_mb, mem_peak_mb=last.mem_peak_mb,
         temperature_c=temp, cooldown_s=round(cooled, 3), started_at=started, finished_at=utc_now(),
-        raw_log="\n".join(logs),
+        raw_log="\n".join(logs), **paired,
     )

@@ -53,14 +53,17 @@ CREATE TABLE IF NOT EXISTS measurements (
     device_id TEXT, backend TEXT, mean_ms REAL, median_ms REAL, std_ms REAL, min_ms REAL, max_ms REAL,
     runs INTEGER, warmup INTEGER, attempts INTEGER, stable INTEGER, ci_half_width_ms REAL, delegation TEXT,
     mem_init_mb REAL, mem_overall_mb REAL, mem_peak_mb REAL, temperature_c REAL, cooldown_s REAL,
-    started_at TEXT, finished_at TEXT, raw_log TEXT,
+    started_at TEXT, finished_at TEXT, raw_log TEXT, ref_ms REAL, ratio REAL, ratio_std REAL,
     PRIMARY KEY (hash, pass));
 """
+#: Columns added after the first schema: added to older databases when they are opened.
+ADDED_COLUMNS = {"ref_ms": "REAL", "ratio": "REAL", "ratio_std": "REAL"}
 MEASURED_COLUMNS = ("device_id", "backend", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "runs", "warmup",
                     "attempts", "stable", "ci_half_width_ms", "delegation", "mem_init_mb", "mem_overall_mb",
-                    "mem_peak_mb", "temperature_c", "cooldown_s", "started_at", "finished_at", "raw_log")
+                    "mem_peak_mb", "temperature_c", "cooldown_s", "started_at", "finished_at", "raw_log",
+                    "ref_ms", "ratio", "ratio_std")
 #: Campaign settings that must not change when a campaign is resumed.
-IDENTITY_KEYS = ("device_id", "backend", "protocol", "passes", "seed", "model_spec")
+IDENTITY_KEYS = ("device_id", "backend", "protocol", "passes", "seed", "model_spec", "reference")
 
 
 def _nan_to_none(v):
@@ -87,6 +90,10 @@ class CampaignStore:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(SCHEMA)
+            have = {r[1] for r in self.db.execute("PRAGMA table_info(measurements)")}
+            for col, kind in ADDED_COLUMNS.items():
+                if col not in have:
+                    self.db.execute(f"ALTER TABLE measurements ADD COLUMN {col} {kind}")
         except sqlite3.DatabaseError as exc:
             self.close()
             raise DatasetError(f"{self.path}: not a campaign database ({exc})") from None
@@ -310,8 +317,12 @@ class Progress:
 def run_campaign(store: CampaignStore, device: Device, make_model: Callable[[Cell], Path], protocol: Protocol,
                  passes: int = 3, seed: int = 0, cache_dir: str | os.PathLike | None = None,
                  cache_bytes: int = 2 * 2**30, offline_wait_s: float = 300.0,
-                 on_progress: Callable[[Progress], None] | None = None) -> dict:
-    """Measure every stored cell ``passes`` times; returns counts of this session's work."""
+                 on_progress: Callable[[Progress], None] | None = None, reference: Cell | None = None) -> dict:
+    """Measure every stored cell ``passes`` times; returns counts of this session's work.
+
+    With ``reference`` every measurement is paired with that cell's model (see :mod:`leti.device.base`),
+    which the cache builds first and keeps for the whole campaign.
+    """
     from leti.device.models import SUFFIX
 
     cells = store.cells()
@@ -323,6 +334,15 @@ def run_campaign(store: CampaignStore, device: Device, make_model: Callable[[Cel
     report = on_progress or (lambda _p: None)
     report(Progress(finished, total, message="resuming" if finished else "starting"))
     cache = ModelCache(cache_dir or Path(f"{store.path}.models"), make_model, SUFFIX[device.artifact], cache_bytes)
+    ref_model = None
+    if reference is not None and queue:
+        if not device.pairable:
+            raise LetiError(f"{device.id}: paired measurement against a reference needs a device that runs "
+                            "models in this process (local, engine)")
+        try:
+            ref_model = cache.get(reference)  # pinned for the whole campaign
+        except ConversionError as exc:
+            raise LetiError(f"the reference cell {reference.hash} cannot be converted: {exc}") from None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leti-convert")
     ahead: dict[int, Future] = {}
     try:
@@ -343,7 +363,7 @@ def run_campaign(store: CampaignStore, device: Device, make_model: Callable[[Cel
                 continue
             m, failure = None, None
             try:
-                m = measure(device, model, protocol)
+                m = measure(device, model, protocol, reference=ref_model)
             except DeviceOfflineError as exc:
                 failure = exc
             except LetiError as exc:
@@ -352,7 +372,8 @@ def run_campaign(store: CampaignStore, device: Device, make_model: Callable[[Cel
                 failure = exc
             finally:
                 cache.unpin(h)
-                device.release(model)
+                if model != ref_model:
+                    device.release(model)
             done_now = finished + stats["measured"] + stats["failed"]
             if isinstance(failure, DeviceOfflineError):
                 report(Progress(done_now, total, h, p, "offline",
@@ -384,18 +405,24 @@ def run_campaign(store: CampaignStore, device: Device, make_model: Callable[[Cel
 
 
 # ---- analysis and export -------------------------------------------------------------------------
-def pass_spread(df):
-    """Per hash: (max - min) / mean of the pass means, over its successful passes (NaN with one pass)."""
+def value_column(df) -> str:
+    """What passes are compared on: the ratio to the reference in a paired campaign, else the mean."""
     ok = df[df["status"] == "ok"]
-    g = ok.groupby("hash")["mean_ms"]
+    return "ratio" if "ratio" in ok.columns and len(ok) and ok["ratio"].notna().all() else "mean_ms"
+
+
+def pass_spread(df):
+    """Per hash: (max - min) / mean of the pass values, over its successful passes (NaN with one pass)."""
+    ok = df[df["status"] == "ok"]
+    g = ok.groupby("hash")[value_column(df)]
     spread = (g.max() - g.min()) / g.mean()
     return spread.where(g.count() >= 2)
 
 
 def pass_correlation(df) -> dict:
-    """Pearson and Spearman correlation of the mean latency between every pair of passes."""
+    """Pearson and Spearman correlation of the latency (or the ratio) between every pair of passes."""
     ok = df[df["status"] == "ok"]
-    wide = ok.pivot_table(index="hash", columns="pass", values="mean_ms")
+    wide = ok.pivot_table(index="hash", columns="pass", values=value_column(df))
     out = {}
     cols = sorted(wide.columns)
     for a_i, a in enumerate(cols):
@@ -412,7 +439,10 @@ def summarize(store: CampaignStore, max_pass_spread: float = 0.10) -> dict:
     spread = pass_spread(df) if len(df) else None
     flagged = sorted(spread[spread > max_pass_spread].index) if spread is not None else []
     counts = df["status"].value_counts().to_dict() if len(df) else {}
+    ok = df[df["status"] == "ok"] if len(df) else df
+    paired = len(df) > 0 and value_column(df) == "ratio"
     return {"cells": len(store.cells()), "rows": int(len(df)), "status": {k: int(v) for k, v in counts.items()},
+            "reference_ms": float(ok["ref_ms"].median()) if paired else None,
             "unstable": int(((df["status"] == "ok") & (df["stable"] == 0)).sum()) if len(df) else 0,
             "flagged": flagged, "max_pass_spread": max_pass_spread,
             "pass_correlation": pass_correlation(df) if len(df) else {}}
@@ -421,7 +451,7 @@ def summarize(store: CampaignStore, max_pass_spread: float = 0.10) -> dict:
 EXPORT_COLUMNS = ("hash", "matrix", "ops", "flops", "params", "peak_memory_bytes", "device_id", "backend",
                   "runtime", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "runs", "pass", "stable",
                   "attempts", "delegation", "mem_init_mb", "mem_overall_mb", "mem_peak_mb", "temperature_c",
-                  "cooldown_s", "started_at", "finished_at", "tool_versions")
+                  "cooldown_s", "started_at", "finished_at", "tool_versions", "ref_ms", "ratio", "corrected_ms")
 #: Rows of one export must be unique on these (several campaigns may be exported into one file).
 ROW_KEY = ["hash", "pass", "device_id", "backend", "runtime"]
 
@@ -440,11 +470,14 @@ def _campaign_frame(db: str | os.PathLike, max_pass_spread: float):
     df["matrix"] = [json.loads(x) for x in df["matrix"]]
     df["ops"] = [json.loads(x) for x in df["ops"]]
     df["stable"] = df["stable"].astype(bool)
+    # paired campaigns: the ratio back in milliseconds through one campaign-wide reference latency
+    df["corrected_ms"] = df["ratio"] * summary["reference_ms"] if summary["reference_ms"] else float("nan")
     # devices that name no runtime (local, adb) run .tflite files through TFLite
     df["runtime"] = meta.get("device_info", {}).get("runtime", "tflite")
     df["tool_versions"] = json.dumps(meta.get("tool_versions", {}), sort_keys=True)
     summary["exported_rows"] = int(len(df))
     sidecar = {"device": meta.get("device_info", {}), "protocol": meta.get("protocol", {}),
+               "reference": meta.get("reference"),
                "passes": meta.get("passes"), "model_spec": meta.get("model_spec", {}),
                "tool_versions": meta.get("tool_versions", {}), "summary": summary, "source_db": str(db)}
     return df, sidecar
@@ -523,6 +556,13 @@ def _datasheet(name: str, side: dict, df) -> str:
         "of their mean, and every row whose measurement failed.",
         f"Unstable rows (std above the protocol limit after the allowed reruns) are kept with `stable = false`: {s['unstable']}.",
         f"Pass-to-pass correlation of the mean: {corr}.", "",
+    ] + ([
+        f"Paired measurement: every experiment alternated ~10 ms blocks of the cell and of the reference cell "
+        f"{side.get('reference')}; `ratio` is the cell's mean over the reference's, `corrected_ms` = ratio × "
+        f"{s['reference_ms']:.4f} ms (the median of the reference's per-experiment means, `ref_ms`). Passes "
+        "are compared on the ratio; `mean_ms` etc. are the cell's own raw runs. Predictors read `corrected_ms`.",
+        "",
+    ] if s.get("reference_ms") else []) + [
         "Full device information: the `.device.json` file beside this one (also in the Parquet metadata key `leti`).", "",
     ]
     return "\n".join(lines)

@@ -82,6 +82,9 @@ def measure(
     command_timeout: Optional[float] = typer.Option(None, help="adb: seconds before a run is stopped "
                                                     "(default 2 × max-secs + 60)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Measure again the models that failed."),
+    reference: str = typer.Option("none", help="Paired measurement against a reference cell, which cancels the "
+                                  "host's speed drift (local, engine): 'auto' (the table's cell of median FLOPs), "
+                                  "a cell hash, or 'none'."),
 ) -> None:
     """Measure every cell of a table on a device, resumably, into a campaign database.
 
@@ -91,6 +94,9 @@ def measure(
     --cells cells/cells.parquet --db pixel.sqlite
 
     Example (LETI's engine on the CPU): leti measure --device engine --cells cells/cells.parquet --db engine.sqlite
+
+    Example (a shared or throttling host: pair every experiment with a reference cell):
+    leti measure --device local --cells cells/cells.parquet --db local.sqlite --adaptive --reference auto
 
     Example (a CUDA GPU, through Keras and through the engine; `leti export` takes both databases):
     leti measure --device cuda --cells cells/cells.parquet --db gpu_keras.sqlite;
@@ -122,9 +128,13 @@ def measure(
     adb_kw = {"max_secs": max_secs, "command_timeout": command_timeout} if device not in KINDS else {}
     dev = open_device(device, backend=backend, threads=threads, benchmark_binary=benchmark_binary, xnnpack=xnnpack,
                       **adb_kw)
+    ref_cell = pick_reference(reference, cells, costs, cells_path)
     with dev, CampaignStore(db) as store:
+        if ref_cell is not None and not dev.pairable:
+            raise LetiError(f"--reference: {dev.id} cannot alternate two models in one run; pairing needs a device "
+                            "that runs models in this process (local, engine)")
         store.bind(device_id=dev.id, backend=dev.backend, protocol=protocol.to_dict(), passes=passes, seed=seed,
-                   model_spec=spec)
+                   model_spec=spec, reference=ref_cell.hash if ref_cell is not None else None)
         store.set_meta(device_info=dev.info(), tool_versions=_tool_versions(dev), cells_table=str(cells_path))
         store.add_cells(cells, costs)
         if retry_failed:
@@ -143,14 +153,31 @@ def measure(
             if cache_dir is not None:  # one sub-folder per model spec, so tables never mix models
                 digest = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
                 cache = Path(cache_dir) / f"{spec.get('kind', 'model')}-{digest}"
-            stats = run_campaign(store, dev, model_factory(spec, dev.artifact, Path(work)), protocol, passes=passes,
+            # models that `leti generate --format` already wrote beside the table are used as they are
+            make = model_factory(spec, dev.artifact, Path(work), prebuilt=cells_path.parent / dev.artifact)
+            stats = run_campaign(store, dev, make, protocol, passes=passes,
                                  seed=seed, cache_dir=cache, cache_bytes=cache_mb * 2**20,
-                                 offline_wait_s=offline_wait, on_progress=on_progress)
+                                 offline_wait_s=offline_wait, on_progress=on_progress, reference=ref_cell)
         s = summarize(store)
     typer.echo(f"measured {stats['measured']}, failed {stats['failed']}, already done {stats['skipped']}; "
                f"{s['unstable']} unstable, {len(s['flagged'])} cells with disagreeing passes")
     for pair, c in s["pass_correlation"].items():
         typer.echo(f"pass {pair} correlation: pearson {c['pearson']:.4f}, spearman {c['spearman']:.4f} (n={c['n']})")
+
+
+def pick_reference(choice: str, cells: list, costs: list | None, where) -> object | None:
+    """The reference cell of ``--reference``: none, auto (median FLOPs, ties by hash) or a hash in the table."""
+    if choice == "none":
+        return None
+    if choice == "auto":
+        if costs is None:
+            raise DatasetError(f"{where}: --reference auto needs a 'flops' column; name a cell hash instead")
+        order = sorted(range(len(cells)), key=lambda i: (costs[i][0], cells[i].hash))
+        return cells[order[len(order) // 2]]
+    found = [c for c in cells if c.hash == choice]
+    if not found:
+        raise DatasetError(f"{where}: --reference {choice!r} is neither 'auto', 'none' nor a cell hash of the table")
+    return found[0]
 
 
 def export(

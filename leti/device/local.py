@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections import OrderedDict
 from importlib import metadata
 from pathlib import Path
 
@@ -60,11 +61,14 @@ class LocalDevice(Device):
         self.backend = "cpu"
         self.id = "local"
         self._rng = np.random.default_rng(seed)
-        self._loaded: tuple[Path, object, float] | None = None
+        #: loaded interpreters by model path: the model being measured and, in paired measurement,
+        #: the reference (two at most, least recently used dropped first)
+        self._loaded: OrderedDict[Path, tuple[object, float]] = OrderedDict()
 
     def _load(self, model: Path):
-        if self._loaded is not None and self._loaded[0] == model:
-            return self._loaded[1], self._loaded[2]
+        if model in self._loaded:
+            self._loaded.move_to_end(model)
+            return self._loaded[model]
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         if not model.is_file():
@@ -82,8 +86,22 @@ class LocalDevice(Device):
                 interp.set_tensor(d["index"], data.astype(dtype))
         except (ValueError, RuntimeError) as exc:
             raise CorruptModelError(f"cannot load {model.name}: {str(exc).splitlines()[0]}") from None
-        self._loaded = (model, interp, before)
+        self._loaded[model] = (interp, before)
+        while len(self._loaded) > 2:
+            self._loaded.popitem(last=False)
         return interp, before
+
+    def runner(self, model: Path):
+        interp, _ = self._load(Path(model))
+        invoke = interp.invoke
+
+        def run_once() -> None:
+            try:
+                invoke()
+            except RuntimeError as exc:
+                raise DeviceError(f"local: invoking {Path(model).name} failed: {str(exc).splitlines()[0]}") from None
+
+        return run_once
 
     def run(self, model: Path, runs: int, warmup: int) -> Batch:
         model = Path(model)
@@ -105,11 +123,10 @@ class LocalDevice(Device):
                                   mem_init_mb=init_mb, mem_overall_mb=_rss_mb() - before)
 
     def release(self, model: Path) -> None:
-        if self._loaded is not None and self._loaded[0] == Path(model):
-            self._loaded = None
+        self._loaded.pop(Path(model), None)
 
     def close(self) -> None:
-        self._loaded = None
+        self._loaded.clear()
 
     def info(self) -> dict:
         return {

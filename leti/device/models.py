@@ -11,6 +11,7 @@ written from the cell without TensorFlow).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,14 @@ from leti.generate.network import NetworkConfig
 SUFFIX = {"tflite": ".tflite", "keras": ".keras", "leti": ".leti"}
 
 
-def model_factory(spec: dict, artifact: str = "tflite", workdir: Path | None = None) -> Callable[[Cell], Path]:
-    """A ``make_model(cell) -> Path`` for the table's model ``spec`` and the device's ``artifact``."""
+def model_factory(spec: dict, artifact: str = "tflite", workdir: Path | None = None,
+                  prebuilt: Path | None = None) -> Callable[[Cell], Path]:
+    """A ``make_model(cell) -> Path`` for the table's model ``spec`` and the device's ``artifact``.
+
+    ``prebuilt``: a folder of models already written for the same table (``leti generate --format``
+    writes ``<out>/<artifact>/<hash><suffix>`` beside ``<out>/cells.parquet``); a model found there is
+    copied instead of converted again.
+    """
     if artifact not in SUFFIX:
         raise ConversionError(f"unknown model artifact {artifact!r}; known: {', '.join(SUFFIX)}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the converter's C++ chatter would drown the progress bar
@@ -33,6 +40,10 @@ def model_factory(spec: dict, artifact: str = "tflite", workdir: Path | None = N
     def make_model(cell: Cell) -> Path:
         out = root / cell.hash
         out.mkdir(parents=True, exist_ok=True)
+        if prebuilt is not None and (Path(prebuilt) / f"{cell.hash}{SUFFIX[artifact]}").is_file():
+            made = out / f"{cell.hash}{SUFFIX[artifact]}"
+            shutil.copyfile(Path(prebuilt) / made.name, made)  # the campaign's cache takes the copy
+            return made
         from leti.generate.export import export_models
 
         config = NetworkConfig(**spec["config"]) if spec["kind"] == "network" else NetworkConfig()

@@ -66,14 +66,17 @@ def file_space(path: str | Path):
 def measured_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (device, cell) from a ``leti export`` dataset, whose rows are measurement passes.
 
-    ``latency_ms`` is the mean of the passes' mean latencies (the export already left out cells whose
-    passes disagree); ``device`` is the campaign's ``device_id`` plus its backend. Tables that already
-    have ``latency_ms`` are returned unchanged.
+    ``latency_ms`` is the mean over the passes of each pass's latency: ``corrected_ms`` where the
+    campaign was paired with a reference (drift-corrected), else ``mean_ms`` (the export already left
+    out cells whose passes disagree); ``device`` is the campaign's ``device_id`` plus its backend.
+    Tables that already have ``latency_ms`` are returned unchanged.
     """
     if "latency_ms" in frame.columns or not {"hash", "mean_ms", "pass", "device_id"} <= set(frame.columns):
         return frame
     f = frame.assign(device=frame["device_id"].astype(str) + (":" + frame["backend"].astype(str)
                                                                if "backend" in frame.columns else ""))
+    if "corrected_ms" in f.columns:  # per row: the drift-corrected latency where there is one
+        f["mean_ms"] = f["corrected_ms"].where(f["corrected_ms"].notna(), f["mean_ms"])
     first = f.groupby(["device", "hash"], sort=False).first().reset_index()
     latency = f.groupby(["device", "hash"], sort=False)["mean_ms"].mean().rename("latency_ms").reset_index()
     return first.drop(columns=["mean_ms"]).merge(latency, on=["device", "hash"])

@@ -127,5 +127,9 @@ def test_user_errors_are_one_line(capsys, phone, runner_binary, table, tmp_path)
     assert code == 1 and "no 'gpu' backend" in err
     code, _, err = leti(capsys, "export", "--db", tmp_path / "none.sqlite", "--out", tmp_path / "x.parquet")
     assert code == 2 and "no such campaign database" in err
+    code, _, err = leti(capsys, *measure_args(phone, runner_binary, path, tmp_path / "d.sqlite"), "--reference", "auto")
+    assert code == 1 and "cannot alternate two models" in err and err.count("\n") == 1
+    code, _, err = leti(capsys, *measure_args(phone, runner_binary, path, tmp_path / "e.sqlite"), "--reference", "beef")
+    assert code == 2 and "--reference 'beef' is neither" in err and err.count("\n") == 1
     code, out, _ = leti(capsys, "devices")
     assert code == 0 and out.startswith("local\t") and f"{phone.serial}\tdevice" in out
