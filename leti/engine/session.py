@@ -200,7 +200,9 @@ class Session:
                                [t for t in outputs if domain.get(t) == dom])
             self.memory[dom] = plan
             backend = self._domain_backend(dom)
-            arena = backend.acquire(max(plan.arena_bytes, 64))
+            # the host arena in page-locked memory when a device backend offers it (fast, steady copies)
+            pinned = next((b.pinned_host for b in self.backends if hasattr(b, "pinned_host")), None)
+            arena = (pinned if dom == "host" and pinned is not None else backend.acquire)(max(plan.arena_bytes, 64))
             for t, off in plan.offsets.items():
                 self._views[t] = backend.view(arena, off, shapes[t], dtype[t])
             for st in steps:

@@ -18,6 +18,7 @@ from leti.engine.cost import (
     op_spec,
 )
 from leti.engine.cost.spec import OpSpec
+from leti.engine.cost.learned import Additive
 from leti.engine.cost.transfer import measure_transfer
 from leti.engine.graph import Node
 from leti.engine.session import Session
@@ -136,7 +137,7 @@ def test_learned_model_table_regressor_fallback():
     be = CPUBackend(threads=1)
     fallback = AnalyticCostModel(calibrate=False,
                                  params={"cpu:t1": {"flops": 1e9, "t_schedule_ms": 0, "bandwidth": 1e9}})
-    cm = LearnedCostModel(table, fallback=fallback)
+    cm = LearnedCostModel(table, fallback=fallback, regressor="lsq")  # log-log: a power law exactly
     assert cm.op_cost(_spec("add", 1e4, b=4e4), be) == pytest.approx(law(1e4))  # table hit, exact
     assert cm.op_cost(_spec("add", 5e4, b=2e5), be) == pytest.approx(law(5e4), rel=0.02)  # regressed
     other = _spec("softmax", 1e4)
@@ -149,6 +150,21 @@ def test_learned_model_table_regressor_fallback():
 
     sk = LearnedCostModel(table, regressor=LinearRegression(), fallback=fallback)
     assert sk.op_cost(_spec("add", 5e4, b=2e5), be) == pytest.approx(law(5e4), rel=0.05)
+
+
+def test_additive_regressor_recovers_a_floor_plus_throughput_law_and_extrapolates():
+    law = lambda mul: 0.004 + 2e-9 * mul + 1e-10 * 8 * mul  # floor + compute + bytes (4 in, 4 out per MUL)
+    table = OpTable()
+    for mul in (1e3, 1e4, 1e5, 1e6, 3e6):
+        table.add("cuda", _spec("add", mul, b=4 * mul), law(mul))
+    cm = LearnedCostModel(table)  # the default regressor
+    assert cm.regressor == "additive"
+    gpu = type("Gpu", (), {"cost_key": "cuda"})()
+    for mul in (3e3, 1e8):  # between the samples, and 30x past the largest
+        assert cm.op_cost(_spec("add", mul, b=4 * mul), gpu) == pytest.approx(law(mul), rel=0.03)
+    assert cm.sources["regressor"] == 2
+    with pytest.raises(Exception):
+        Additive().predict(np.zeros((1, 6)))  # not fitted
 
 
 def test_learned_model_with_a_leti_predict_regressor():

@@ -53,14 +53,25 @@ def _time_copy(dst_backend, src_backend, src, dst, repeats: int) -> float:
     return float(np.median(ts) * 1e3)
 
 
-def measure_transfer(src_backend, dst_backend, sizes=(4096, 8 << 20), repeats: int = 10) -> tuple[float, float]:
-    """(latency ms, bandwidth B/s) of copies from ``src_backend``'s memory to ``dst_backend``'s."""
+def measure_transfer(src_backend, dst_backend, sizes=(4096, 16 << 20, 128 << 20),
+                     repeats: int = 10) -> tuple[float, float]:
+    """(latency ms, bandwidth B/s) of copies from ``src_backend``'s memory to ``dst_backend``'s.
+
+    Host memory is page-locked where the device backend offers it, as in a session's host arena.
+    """
+    pinned = getattr(src_backend, "pinned_host", None) or getattr(dst_backend, "pinned_host", None)
+
+    def buffer(backend, n):
+        raw = pinned(n) if pinned is not None and backend.memory_domain == "host" else backend.acquire(n)
+        return backend.view(raw, 0, (n // 4,), "float32")
+
     ms = []
     for n in sizes:
-        a = src_backend.view(src_backend.acquire(n), 0, (n // 4,), "float32")
-        b = dst_backend.view(dst_backend.acquire(n), 0, (n // 4,), "float32")
+        a = buffer(src_backend, n)
+        b = buffer(dst_backend, n)
         ms.append(_time_copy(dst_backend, src_backend, a, b, repeats))
-    slope = (ms[1] - ms[0]) / (sizes[1] - sizes[0])  # ms per byte
+    # bandwidth from the two largest copies (large copies reach the bus's steady rate), latency from the smallest
+    slope = (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2])  # ms per byte
     bw = 1e3 / slope if slope > 0 else 1e12
     lat = max(ms[0] - sizes[0] * max(slope, 0.0), 1e-4)
     return float(lat), float(bw)
