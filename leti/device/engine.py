@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import platform
 import time
+from collections import OrderedDict
 from importlib import metadata
 from pathlib import Path
 
@@ -63,7 +64,9 @@ class EngineDevice(Device):
         self.gpu_index = gpu_index
         self.graphs = graphs
         self.seed = seed
-        self._loaded: tuple[Path, object, float] | None = None
+        #: loaded sessions by model path: the model being measured and, in paired measurement, the
+        #: reference (two at most; the least recently used is dropped and its backends closed)
+        self._loaded: OrderedDict[Path, tuple[object, float]] = OrderedDict()
         self._gpu_name = ""
         self._gpu_mb = float("nan")
         if target == "gpu":
@@ -89,9 +92,11 @@ class EngineDevice(Device):
         return [CudaBackend(device=self.gpu_index)]
 
     def _load(self, model: Path):
-        if self._loaded is not None and self._loaded[0] == model:
-            return self._loaded[1], self._loaded[2]
-        self.release(model)
+        if model in self._loaded:
+            self._loaded.move_to_end(model)
+            return self._loaded[model]
+        while len(self._loaded) >= 2:
+            self._close(self._loaded.popitem(last=False)[1][0])
         if not model.is_file():
             raise CorruptModelError(f"model file not found: {model}")
         from leti.device.local import _rss_mb
@@ -110,8 +115,21 @@ class EngineDevice(Device):
         feeds = {t: rng.uniform(-0.5, 0.5, s.shapes[t]).astype(s.graph.tensors[t].dtype) for t in s.graph.inputs}
         s.run(feeds)  # sets the inputs (copied onto the GPU once) and checks that the model runs
         self._gpu_mb = (self._gpu_used() - gpu_before) / 2**20
-        self._loaded = (model, s, before)
+        self._loaded[model] = (s, before)
         return s, before
+
+    def runner(self, model: Path):
+        s, _ = self._load(Path(model))
+        go = s.run
+
+        def run_once() -> None:
+            try:
+                go(io=False)
+            except Exception as exc:  # noqa: BLE001 - a kernel failing mid-run: one line, the model named
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise DeviceError(f"{self.id}: running {Path(model).name} failed: {msg}") from None
+
+        return run_once
 
     # ---- running -----------------------------------------------------------------------------
     def run(self, model: Path, runs: int, warmup: int) -> Batch:
@@ -151,15 +169,19 @@ class EngineDevice(Device):
 
         return int(cp.get_default_memory_pool().used_bytes())
 
+    @staticmethod
+    def _close(session) -> None:
+        for b in getattr(session, "backends", []):
+            close = getattr(b, "close", None)
+            if close is not None:
+                close()
+
     def release(self, model: Path | None) -> None:
-        """Drop the loaded session (whichever model it holds) and free its backends."""
-        if self._loaded is not None:
-            s = self._loaded[1]
-            self._loaded = None
-            for b in getattr(s, "backends", []):
-                close = getattr(b, "close", None)
-                if close is not None:
-                    close()
+        """Drop the session of ``model`` (every session with ``None``) and free its backends."""
+        for m in list(self._loaded) if model is None else [Path(model)]:
+            entry = self._loaded.pop(m, None)
+            if entry is not None:
+                self._close(entry[0])
 
     def close(self) -> None:
         self.release(None)

@@ -6,6 +6,8 @@ import json
 import sqlite3
 
 import pandas as pd
+from pathlib import Path
+
 import pytest
 
 from tests.device.conftest import run_leti
@@ -67,8 +69,15 @@ def test_engine_device_times_leti_models_under_the_protocol(leti_models):
         assert a.ci_half_width_ms <= 0.5 * a.mean_ms or a.runs == 60
         b = dev.run(leti_models[1], 3, 0)
         assert b.n == 3 and len(b.samples) == 3  # per-run samples are kept (exact median)
+        # paired with a reference: both sessions stay loaded, the ratio of the model to itself is one
+        pm = measure(dev, leti_models[1], Protocol(runs=40, warmup=2, max_rel_std=100), reference=leti_models[1])
+        assert pm.ratio == pytest.approx(1.0, rel=0.2) and pm.ref_ms > 0
+        pm = measure(dev, leti_models[1], Protocol(runs=40, warmup=2, max_rel_std=100), reference=leti_models[0])
+        assert pm.ratio > 0 and len(dev._loaded) == 2
         dev.release(leti_models[1])
-        assert dev._loaded is None
+        assert Path(leti_models[1]) not in dev._loaded and len(dev._loaded) == 1
+        dev.close()
+        assert not dev._loaded
 
 
 def test_a_broken_leti_file_is_a_corrupt_model_and_a_missing_one_too(tmp_path):
@@ -196,4 +205,4 @@ def test_cuda_engine_measures_with_cuda_graphs(leti_models):
         m = measure(dev, leti_models[2], Protocol(runs=50, warmup=5, max_rel_std=100))
         assert m.runs == 50 and m.delegation == "cuda" and 0 < m.min_ms <= m.median_ms <= m.max_ms
         assert m.mem_peak_mb > 0
-        assert dev._loaded[1].captured >= 1  # the run is one CUDA graph replay
+        assert dev._loaded[Path(leti_models[2])][0].captured >= 1  # the run is one CUDA graph replay
