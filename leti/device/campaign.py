@@ -558,7 +558,8 @@ def _datasheet(name: str, side: dict, df) -> str:
         f"Pass-to-pass correlation of the mean: {corr}.", "",
     ] + ([
         f"Paired measurement: every experiment alternated ~10 ms blocks of the cell and of the reference cell "
-        f"{side.get('reference')}; `ratio` is the cell's mean over the reference's, `corrected_ms` = ratio × "
+        f"{side.get('reference')}; `ratio` is the median of the cell's runs, each divided by the reference runs "
+        f"around it, `corrected_ms` = ratio × "
         f"{s['reference_ms']:.4f} ms (the median of the reference's per-experiment means, `ref_ms`). Passes "
         "are compared on the ratio; `mean_ms` etc. are the cell's own raw runs. Predictors read `corrected_ms`.",
         "",
