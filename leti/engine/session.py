@@ -20,7 +20,8 @@ import numpy as np
 
 from leti.engine import format as fmt
 from leti.engine import ops, passes
-from leti.engine.backends.base import Backend, Execution, HostBackend, OpContext, Scheme, get_backend
+from leti.engine.backends.base import (Backend, Execution, HostBackend, OpContext, Scheme, get_backend,
+                                       pinned_allocator)
 from leti.engine.graph import Graph
 from leti.engine.memory import MemoryPlan, Step, plan_memory
 from leti.engine.schedule import ScheduleOptions, choose_scheme
@@ -201,7 +202,7 @@ class Session:
             self.memory[dom] = plan
             backend = self._domain_backend(dom)
             # the host arena in page-locked memory when a device backend offers it (fast, steady copies)
-            pinned = next((b.pinned_host for b in self.backends if hasattr(b, "pinned_host")), None)
+            pinned = pinned_allocator(self.backends)
             arena = (pinned if dom == "host" and pinned is not None else backend.acquire)(max(plan.arena_bytes, 64))
             for t, off in plan.offsets.items():
                 self._views[t] = backend.view(arena, off, shapes[t], dtype[t])

@@ -75,13 +75,16 @@ class _Boosting(Predictor):
         x, z = np.ascontiguousarray(x, np.float32), self._y(np.asarray(y, np.float64))
         self.members_ = []
         for i in range(int(self.n_members)):
-            if self.n_members == 1:
-                idx = np.arange(len(z))
-            else:
-                idx = np.random.default_rng(int(self.random_state) + i).integers(0, len(z), len(z))
+            idx = self._bag(i, len(z))
             self.members_.append(self._train(x[idx], z[idx], int(self.random_state) + i))
         self._compile()
         return self
+
+    def _bag(self, i: int, n: int) -> np.ndarray:
+        """Training rows of member ``i``: all of them for one member, else a seeded bootstrap sample."""
+        if self.n_members == 1:
+            return np.arange(n)
+        return np.random.default_rng(int(self.random_state) + i).integers(0, n, n)
 
     def predict_features(self, x: np.ndarray) -> np.ndarray:
         """Predictions (ms) for a feature matrix laid out as in :meth:`fit_features`."""

@@ -83,21 +83,14 @@ class _WindowCalibrated(_CompiledBoosting):
 
     def fit_features(self, x: np.ndarray, y: np.ndarray) -> _WindowCalibrated:
         """Fit on a feature matrix (``y`` in ms) and calibrate ``offset_`` on out-of-sample predictions."""
-        if int(self.n_members) < 1:
-            raise LetiError(f"n_members must be at least 1, got {self.n_members}")
         if not 0.0 <= float(self.hit_k) < 1.0:
             raise LetiError(f"hit_k must be in [0, 1), got {self.hit_k}")
         x, y = np.ascontiguousarray(x, np.float32), np.asarray(y, np.float64).ravel()
-        z = self._y(y)
-        n, m, seed0 = len(z), int(self.n_members), int(self.random_state)
         self.offset_ = 0.0
-        self.members_, bags = [], []
-        for i in range(m):  # the same bootstrap rule as the plain families
-            idx = np.arange(n) if m == 1 else np.random.default_rng(seed0 + i).integers(0, n, n)
-            bags.append(idx)
-            self.members_.append(self._train(x[idx], z[idx], seed0 + i))
-        self._compile()
+        super().fit_features(x, y)  # the plain family's members, on its own bootstrap samples
         if float(self.hit_k) > 0:
+            z = self._y(y)
+            bags = [self._bag(i, len(z)) for i in range(len(self.members_))]
             oos = self._out_of_sample(x, z, bags)
             ok = np.isfinite(oos)
             if self.target == "linear":

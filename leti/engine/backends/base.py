@@ -23,6 +23,17 @@ from leti.errors import ConversionError
 ALIGN = 64
 
 
+def aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of ``raw`` (``nbytes + ALIGN`` bytes) that start on an ``ALIGN`` boundary."""
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start: start + nbytes]
+
+
+def pinned_allocator(backends):
+    """``pinned_host(nbytes)`` of the first backend that offers page-locked host memory, else None."""
+    return next((b.pinned_host for b in backends if hasattr(b, "pinned_host")), None)
+
+
 @dataclass
 class Scheme:
     """How an op is computed: ``name`` (``gemm``, ``strassen``, ``winograd``, ``im2col``, ``direct``
@@ -81,9 +92,7 @@ class Backend(ABC):
 
     def acquire(self, nbytes: int) -> np.ndarray:
         """A fresh buffer of ``nbytes`` (64-byte aligned) in this backend's memory."""
-        raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-        start = (-raw.ctypes.data) % ALIGN
-        return raw[start: start + nbytes]
+        return aligned(np.empty(nbytes + ALIGN, dtype=np.uint8), nbytes)
 
     def release(self, buffer) -> None:
         """Give a buffer back (host memory is garbage-collected; device backends free here)."""

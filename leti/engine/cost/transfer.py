@@ -59,7 +59,9 @@ def measure_transfer(src_backend, dst_backend, sizes=(4096, 16 << 20, 128 << 20)
 
     Host memory is page-locked where the device backend offers it, as in a session's host arena.
     """
-    pinned = getattr(src_backend, "pinned_host", None) or getattr(dst_backend, "pinned_host", None)
+    from leti.engine.backends.base import pinned_allocator
+
+    pinned = pinned_allocator((src_backend, dst_backend))
 
     def buffer(backend, n):
         raw = pinned(n) if pinned is not None and backend.memory_domain == "host" else backend.acquire(n)

@@ -92,13 +92,11 @@ class CudaBackend(Backend):
 
     def pinned_host(self, nbytes: int) -> np.ndarray:
         """A host buffer of ``nbytes`` (64-byte aligned) in page-locked memory, for the host arena."""
-        from leti.engine.backends.base import ALIGN
+        from leti.engine.backends.base import ALIGN, aligned
 
         with self.device:
             mem = cp.cuda.alloc_pinned_memory(nbytes + ALIGN)
-        raw = np.frombuffer(mem, np.uint8, nbytes + ALIGN)  # keeps ``mem`` alive
-        start = (-raw.ctypes.data) % ALIGN
-        return raw[start: start + nbytes]
+        return aligned(np.frombuffer(mem, np.uint8, nbytes + ALIGN), nbytes)  # the array keeps ``mem`` alive
 
     def copy_in(self, src, src_backend: Backend, dst) -> None:
         if isinstance(src, cp.ndarray):
