@@ -39,7 +39,7 @@ import numpy as np
 
 from leti.errors import CorruptModelError, DatasetError
 
-_BLOCK = 128  # rows per block: a block's features stay in L1/L2 while it walks all trees
+_BLOCK = 256  # rows per block: a block's features stay in L1/L2 while it walks all trees
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,12 @@ class TreeEnsemble:
         out = np.empty(len(xs))
         if len(xs) == 0:
             return out
+        xflat = np.ascontiguousarray(xs).ravel()
         if len(xs) <= _BLOCK or n_jobs <= 1:
-            _walk(xs, self.nodes, self.leaf, self.depth, self.base, out)
+            _walk(xflat, xs.shape[1], self.nodes, self.leaf, self.depth, self.base, out)
         else:
             with _numba_threads(n_jobs):
-                _walk_parallel(xs, self.nodes, self.leaf, self.depth, self.base, out)
+                _walk_parallel(xflat, xs.shape[1], self.nodes, self.leaf, self.depth, self.base, out)
         return out
 
 
@@ -81,43 +82,50 @@ def _sortable(a: np.ndarray) -> np.ndarray:
 
 
 # ---- kernels ------------------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True, inline="always")
-def _block(xs, nodes, leaf, depth, base, out, lo, hi):
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _block(xflat, nf, nodes, leaf, depth, base, out, lo, hi, node, off, acc):
     # Level by level over the block's rows: the rows' walks are independent, so the CPU overlaps
     # their loads instead of waiting on one row's chain of dependent loads (about 2x faster than
-    # walking one row at a time).
+    # walking one row at a time). Rows are addressed in the flat feature array through precomputed
+    # offsets, which keeps the inner loop to two loads, a compare and a store (~25% faster than 2-D
+    # indexing; benchmarks/bench_predict_api.py).
     first_leaf = (1 << depth) - 1
     m = hi - lo
-    node = np.zeros(m, np.int64)
-    acc = np.full(m, base)
+    for i in range(m):
+        off[i] = (lo + i) * nf
+        acc[i] = base
     for t in range(nodes.shape[0]):
         p = nodes[t]
         lv = leaf[t]
-        node[:] = 0
+        for i in range(m):
+            node[i] = 0
         for _ in range(depth):
             for i in range(m):
                 k = node[i]
                 q = p[k]
-                node[i] = 2 * k + 1 + (xs[lo + i, q >> 32] >= np.int32(q & 0xFFFFFFFF))
+                node[i] = 2 * k + 1 + (xflat[off[i] + (q >> 32)] >= np.int32(q & 0xFFFFFFFF))
         for i in range(m):
             acc[i] += lv[node[i] - first_leaf]
-    out[lo:hi] = acc
+    for i in range(m):
+        out[lo + i] = acc[i]
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk(xs, nodes, leaf, depth, base, out):
-    n = xs.shape[0]
+def _walk(xflat, nf, nodes, leaf, depth, base, out):
+    n = out.shape[0]
+    node, off, acc = np.empty(_BLOCK, np.int64), np.empty(_BLOCK, np.int64), np.empty(_BLOCK)
     for lo in range(0, n, _BLOCK):
-        _block(xs, nodes, leaf, depth, base, out, lo, min(lo + _BLOCK, n))
+        _block(xflat, nf, nodes, leaf, depth, base, out, lo, min(lo + _BLOCK, n), node, off, acc)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _walk_parallel(xs, nodes, leaf, depth, base, out):
-    n = xs.shape[0]
+def _walk_parallel(xflat, nf, nodes, leaf, depth, base, out):
+    n = out.shape[0]
     nb = (n + _BLOCK - 1) // _BLOCK
     for b in numba.prange(nb):
         lo = b * _BLOCK
-        _block(xs, nodes, leaf, depth, base, out, lo, min(lo + _BLOCK, n))
+        node, off, acc = np.empty(_BLOCK, np.int64), np.empty(_BLOCK, np.int64), np.empty(_BLOCK)
+        _block(xflat, nf, nodes, leaf, depth, base, out, lo, min(lo + _BLOCK, n), node, off, acc)
 
 
 # ---- building complete trees ----------------------------------------------------------------------
