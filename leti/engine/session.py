@@ -287,7 +287,9 @@ class Session:
         return out
 
     def profile(self, feeds=None, runs: int = 10) -> list[dict]:
-        """Per-step median time (ms) over ``runs``, with backend, scheme and output bytes."""
+        """Per-step median time (``ms``) and mean time (``mean_ms``) over ``runs``, with backend, scheme
+        and output bytes. The mean is what adds up: a whole run costs the sum of its steps' means, while
+        the sum of medians misses every step's tail (threads of a parallel op that wake late)."""
         if not self._resized:
             self.resize()
         if feeds is not None:
@@ -306,17 +308,18 @@ class Session:
             for b in self.backends:
                 b.end_run()
         med = np.median(times, axis=0) * 1e3
+        mean = (times[1:] if runs >= 3 else times).mean(axis=0) * 1e3  # the first run warms caches
         for i, st in enumerate(self.steps):  # device backends time their own work (CUDA: events)
             timer = getattr(st.backend, "time_step", None)
             if timer is not None:
-                med[i] = timer(st, runs)
+                med[i] = mean[i] = timer(st, runs)
         from leti.engine.cost.spec import op_spec
 
         rows = []
-        for st, ms in zip(self.steps, med):
+        for st, ms, m in zip(self.steps, med, mean):
             rows.append({"name": st.name, "op": st.op, "backend": st.backend.name, "cost_key": st.backend.cost_key,
                          "spec": op_spec(st.ctx).key if st.ctx is not None else None, "scheme": str(st.scheme),
-                         "ms": float(ms), "out_shape": [list(self.shapes[t]) for t in st.outputs],
+                         "ms": float(ms), "mean_ms": float(m), "out_shape": [list(self.shapes[t]) for t in st.outputs],
                          "out_bytes": int(sum(v.nbytes for v in st.out_views)),
                          "scratch_bytes": int(sum(v.nbytes for v in st.scratch_views))})
         return rows

@@ -174,3 +174,27 @@ def test_stem_convolutions_with_few_channels_use_im2col():
     assert scheme(32) == "winograd"
     assert scheme(3, winograd_min_channels=1) == "winograd"
     assert scheme(3, conv_scheme="winograd") == "winograd"
+
+
+def test_blas_limit_is_held_until_the_last_cpu_backend_closes():
+    """Closing one CPU backend must not give BLAS its threads back while another still runs products
+    inside numba's pool (that ran the survivors' GEMMs ~3x slower on a many-core host)."""
+    from threadpoolctl import threadpool_info
+
+    from leti.engine.backends import cpu as cpu_mod
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    base = cpu_mod.blas_limit_users()
+    a, b = cpu_mod.CPUBackend(threads=1), cpu_mod.CPUBackend(threads=1)
+    a.begin_run()
+    b.begin_run()
+    assert cpu_mod.blas_limit_users() == base + 2
+    assert all(n == 1 for n in blas_threads())
+    a.close()
+    a.close()  # idempotent: one backend releases its hold once
+    assert cpu_mod.blas_limit_users() == base + 1
+    assert all(n == 1 for n in blas_threads())
+    b.close()
+    assert cpu_mod.blas_limit_users() == base

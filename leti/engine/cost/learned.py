@@ -6,7 +6,7 @@ configurations so that ops never profiled still get a cost.
   saved as JSON (never pickled). It keeps each entry's features so a regressor can be trained from
   the table alone.
 * the regressor — by default :class:`Additive`, one model per backend and op family (``op|scheme``):
-  ``ms ≈ t0 + a·MUL + b·bytes in + c·bytes out`` with non-negative coefficients, fitted for relative
+  ``ms ≈ t0 + a·MUL + b·bytes in + c·bytes out + d·weight bytes`` with non-negative coefficients, fitted for relative
   error — a launch or dispatch floor plus throughput terms, which extrapolates to ops larger than any
   profiled (on the H200 data of ``bench_engine_cuda.py``, leave-one-model-out, the per-model op sums
   within 10% went from 0.76 to 0.81 against the log-log model, and a 96×96 cell at batch 32 from +62%
@@ -56,12 +56,16 @@ class OpTable:
         return sum(len(v) for v in self.entries.values())
 
     def record(self, session, runs: int = 10) -> int:
-        """Profile ``session`` (resized) and add every op step; returns how many were added."""
+        """Profile ``session`` (resized) and add every op step; returns how many were added.
+
+        Entries are *mean* step times: costs are summed into a whole run's prediction, and on a
+        many-thread CPU backend the sum of per-op medians fell 40-55% short of MobileNets' whole runs
+        (each parallel op waits for its slowest thread now and then; the median never sees it)."""
         rows = session.profile(runs=runs)
         added = 0
         for st, row in zip(session.steps, rows):
             if st.ctx is not None and not (st.execution is not None and st.execution.alias):
-                self.add(st.backend.cost_key, op_spec(st.ctx), row["ms"])
+                self.add(st.backend.cost_key, op_spec(st.ctx), row["mean_ms"])
                 added += 1
         return added
 
@@ -122,7 +126,8 @@ class LeastSquares:
 
 
 class Additive:
-    """``ms ≈ w · [1, MUL, bytes in, bytes out]`` (scaled to 1e9) with ``w ≥ 0``, minimising relative error.
+    """``ms ≈ w · [1, MUL, bytes in, bytes out, weight bytes]`` (scaled to 1e9) with ``w ≥ 0``, minimising
+    relative error.
 
     Takes the :meth:`OpSpec.features` rows (it reads MUL and bytes back from their log columns) and
     milliseconds, not logs.
@@ -140,7 +145,7 @@ class Additive:
     @staticmethod
     def _design(X) -> np.ndarray:
         X = np.asarray(X, np.float64)
-        return np.column_stack([np.ones(len(X)), np.expm1(X[:, 1:4]) / 1e9])
+        return np.column_stack([np.ones(len(X)), np.expm1(X[:, [1, 2, 3, 6]]) / 1e9])
 
     def predict(self, X) -> np.ndarray:
         return np.maximum(self._design(X) @ self.coef_, 1e-6)

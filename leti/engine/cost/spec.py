@@ -31,6 +31,7 @@ class OpSpec:
     mul: float
     bytes_in: float
     bytes_out: float
+    bytes_const: float = 0.0  # weights and other constant inputs read
 
     @property
     def key(self) -> str:
@@ -48,10 +49,12 @@ class OpSpec:
         soft hinges ``log(1 + MUL/10⁷)``, ``log(1 + bytes/10⁷)`` — near 0 for small ops, log-linear
         for large ones — so a linear model in log space can follow a launch-bound floor that turns
         into throughput-bound growth (GPU ops). On the H200 data of ``bench_engine_cuda.py`` they
-        raised leave-one-model-out per-op Acc@10% of the CUDA ops from 0.26–0.91 to 0.53–1.0."""
+        raised leave-one-model-out per-op Acc@10% of the CUDA ops from 0.26–0.91 to 0.53–1.0. Last, log
+        weight bytes: a fully connected layer or a 1×1 conv on a small map reads more weights than
+        activations (MobileNet's 1280→1000 head was priced 10× too cheap without it)."""
         moved = self.bytes_in + self.bytes_out
         return np.array([1.0, np.log1p(self.mul), np.log1p(self.bytes_in), np.log1p(self.bytes_out),
-                         np.log1p(self.mul / 1e7), np.log1p(moved / 1e7)])
+                         np.log1p(self.mul / 1e7), np.log1p(moved / 1e7), np.log1p(self.bytes_const)])
 
 
 def _size(shape) -> int:
@@ -104,8 +107,10 @@ def op_spec(ctx: OpContext) -> OpSpec:
     const = set(ctx.constants)
     bytes_in = sum(_size(s) * F32 for i, s in enumerate(ctx.in_shapes) if i not in const)
     bytes_out = sum(_size(s) * F32 for s in ctx.out_shapes)
+    bytes_const = sum(np.asarray(v).size * F32 for v in ctx.constants.values())
     if ctx.node.op == "reshape":
         bytes_in = bytes_out = 0
     attrs = json.dumps(ctx.attrs, sort_keys=True, separators=(",", ":"), default=str)
     return OpSpec(ctx.node.op, str(ctx.scheme), tuple(tuple(s) for s in ctx.in_shapes),
-                  tuple(tuple(s) for s in ctx.out_shapes), attrs, _mul(ctx), float(bytes_in), float(bytes_out))
+                  tuple(tuple(s) for s in ctx.out_shapes), attrs, _mul(ctx), float(bytes_in), float(bytes_out),
+                  float(bytes_const))

@@ -4,9 +4,11 @@
 BLAS calls inside that pool (see :mod:`.conv`), so BLAS itself is limited to one thread: with two
 pools on the same cores (OpenBLAS threads spinning after each product while numba's threads need
 the cores, and the reverse), two threads ran several times slower than one on a loaded 2-core
-machine. The BLAS limit is
-process-wide and costs milliseconds to apply, so it is applied on the first run and kept until
-:meth:`CPUBackend.close` (or the backend is garbage-collected).
+machine. The BLAS limit is process-wide and costs milliseconds to apply, so it is reference-counted
+across backends: the first backend's first run applies it, and only the last backend to
+:meth:`CPUBackend.close` (or be garbage-collected) restores BLAS' own thread count. (Each backend
+restoring on its own close put BLAS back to all cores under the feet of the backends still running:
+their products then ran BLAS threads inside numba's threads, about 3× slower on a 16-core host.)
 An op whose execution needs something this backend does not handle (weights computed at run time,
 a scheme it lacks) is declined, so the next backend in the session's list takes it.
 """
@@ -14,6 +16,7 @@ a scheme it lacks) is declined, so the next backend in the session's list takes 
 from __future__ import annotations
 
 import os
+import threading
 
 # numba's OpenMP pool spins while waiting by default; on a busy or small machine a spinning thread
 # steals the core its partner needs, making two threads many times slower than one. Passive waiting
@@ -26,6 +29,33 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 from leti.engine.backends.base import Backend, Execution, OpContext  # noqa: E402
 from leti.engine.backends.cpu import basic, conv  # noqa: E402
 
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_limit = None
+
+
+def _acquire_blas_limit() -> None:
+    global _blas_users, _blas_limit
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_limit = threadpool_limits(limits=1, user_api="blas")
+        _blas_users += 1
+
+
+def _release_blas_limit() -> None:
+    global _blas_users, _blas_limit
+    with _blas_lock:
+        _blas_users -= 1
+        if _blas_users == 0 and _blas_limit is not None:
+            _blas_limit.restore_original_limits()
+            _blas_limit = None
+
+
+def blas_limit_users() -> int:
+    """How many CPU backends currently hold the single-thread BLAS limit."""
+    return _blas_users
+
+
 FACTORIES = {"conv2d": conv.conv2d, "depthwise_conv2d": conv.depthwise_conv2d, **basic.FACTORIES}
 
 
@@ -34,7 +64,7 @@ class CPUBackend(Backend):
 
     def __init__(self, threads: int | None = None, **options):
         super().__init__(threads, **options)
-        self._limits = None
+        self._holds_blas = False
 
     def create_execution(self, ctx: OpContext) -> Execution | None:
         factory = FACTORIES.get(ctx.node.op)
@@ -45,14 +75,15 @@ class CPUBackend(Backend):
     def begin_run(self) -> None:
         if self.threads:
             numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
-        if self._limits is None:
-            self._limits = threadpool_limits(limits=1, user_api="blas")
+        if not self._holds_blas:
+            _acquire_blas_limit()
+            self._holds_blas = True
 
     def close(self) -> None:
-        """Restore the BLAS thread count this backend changed."""
-        if self._limits is not None:
-            self._limits.restore_original_limits()
-            self._limits = None
+        """Give up this backend's hold on the BLAS limit (restored when no CPU backend holds it)."""
+        if self._holds_blas:
+            self._holds_blas = False
+            _release_blas_limit()
 
     def __del__(self):
         try:
