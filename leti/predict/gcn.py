@@ -41,13 +41,20 @@ def _threads(n: int):
     import numba
 
     old, old_nb = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(max(1, int(n)))
-    numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+    want, want_nb = max(1, int(n)), max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    # setting a pool's size costs tens of microseconds even when it does not change: a single-cell
+    # prediction (the NAS inner loop) skips it when the pools already have the size
+    if old != want:
+        torch.set_num_threads(want)
+    if old_nb != want_nb:
+        numba.set_num_threads(want_nb)
     try:
         yield
     finally:
-        torch.set_num_threads(old)
-        numba.set_num_threads(old_nb)
+        if old != want:
+            torch.set_num_threads(old)
+        if old_nb != want_nb:
+            numba.set_num_threads(old_nb)
 
 
 class _Net(nn.Module):
