@@ -79,6 +79,10 @@ def test_01_dataset_runs(monkeypatch):
     assert 0.0 <= key["nb101_r2_flops"] <= 1.0
     assert _finite(key["nb101_spearman_flops"], key["nb101_spearman_peak_memory"], key["nb101_pass_pearson_min"])
     assert -1.0 <= key["nb101_pass_pearson_min"] <= 1.0
+    if (ROOT / "datasets" / "nb101_engine_cpu.parquet").is_file():  # the engine section compares runtimes
+        assert key["engine_cells"] >= 3 and 0 < key["engine_cells_with_tflite"] <= key["engine_cells"]
+        assert _finite(key["engine_over_tflite_median"]) and key["engine_over_tflite_median"] > 0
+        assert -1.0 <= key["engine_tflite_spearman"] <= 1.0
 
 
 def test_02_predictors_runs(monkeypatch):
