@@ -303,6 +303,26 @@ def _experiment(device: Device, model: Path, p: Protocol) -> list[Batch]:
         batches.append(device.run(model, step, min(p.warmup, 2)))
 
 
+def timed_ms(go: Callable[[], None], runs: int, warmup: int) -> np.ndarray:
+    """``warmup`` untimed calls of ``go``, then ``runs`` timed ones (ms each), with the garbage collector
+    paused so that no collection lands inside a timed run (as ``timeit`` does). Devices that can run a
+    loaded model in-process (:meth:`Device.runner`) time their plain experiments with it."""
+    for _ in range(warmup):
+        go()
+    times = np.empty(runs, dtype=np.float64)
+    clock = time.perf_counter_ns
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(runs):
+            t0 = clock()
+            go()
+            times[i] = clock() - t0
+    finally:
+        gc.enable()
+    return times / 1e6
+
+
 #: Target length of one block of paired measurement (ms): well under the host's drift time scale.
 BLOCK_MS = 10.0
 

@@ -20,16 +20,14 @@ in MB, as the local TFLite device reports them; on CUDA, the device memory the s
 
 from __future__ import annotations
 
-import gc
 import platform
-import time
 from collections import OrderedDict
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
-from leti.device.base import Batch, Device
+from leti.device.base import Batch, Device, timed_ms
 from leti.errors import ConversionError, CorruptModelError, DeviceError
 
 #: device kind -> (engine backend name, device id, delegation recorded on every row)
@@ -136,29 +134,12 @@ class EngineDevice(Device):
         from leti.device.local import _rss_mb
 
         model = Path(model)
-        s, before = self._load(model)
+        _, before = self._load(model)
         init_mb = _rss_mb() - before
-        go = s.run
-        try:
-            for _ in range(warmup):
-                go(io=False)
-            times = np.empty(runs, dtype=np.float64)
-            clock = time.perf_counter_ns
-            gc.collect()
-            gc.disable()  # no collector pauses inside the timed runs (as timeit does)
-            try:
-                for i in range(runs):
-                    t0 = clock()
-                    go(io=False)  # ends with a stream synchronisation on CUDA
-                    times[i] = clock() - t0
-            finally:
-                gc.enable()
-        except Exception as exc:  # noqa: BLE001 - a kernel failing mid-run: one line, the model named
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DeviceError(f"{self.id}: running {model.name} failed: {msg}") from None
+        times = timed_ms(self.runner(model), runs, warmup)  # a CUDA run ends with a stream synchronisation
         if self.target == "gpu":
-            return Batch.from_samples(times / 1e6, delegation=self.delegation, mem_peak_mb=self._gpu_mb)
-        return Batch.from_samples(times / 1e6, delegation=self.delegation, mem_init_mb=init_mb,
+            return Batch.from_samples(times, delegation=self.delegation, mem_peak_mb=self._gpu_mb)
+        return Batch.from_samples(times, delegation=self.delegation, mem_init_mb=init_mb,
                                   mem_overall_mb=_rss_mb() - before)
 
     def _gpu_used(self) -> int:

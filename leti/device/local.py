@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from collections import OrderedDict
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
-from leti.device.base import Batch, Device
+from leti.device.base import Batch, Device, timed_ms
 from leti.errors import CorruptModelError, DeviceError
 
 
@@ -105,21 +104,10 @@ class LocalDevice(Device):
 
     def run(self, model: Path, runs: int, warmup: int) -> Batch:
         model = Path(model)
-        interp, before = self._load(model)
+        _, before = self._load(model)
         init_mb = _rss_mb() - before
-        invoke = interp.invoke
-        try:
-            for _ in range(warmup):
-                invoke()
-            times = np.empty(runs, dtype=np.float64)
-            clock = time.perf_counter_ns
-            for i in range(runs):
-                t0 = clock()
-                invoke()
-                times[i] = clock() - t0
-        except RuntimeError as exc:
-            raise DeviceError(f"local: invoking {model.name} failed: {str(exc).splitlines()[0]}") from None
-        return Batch.from_samples(times / 1e6, delegation="xnnpack" if self.xnnpack else "cpu",
+        times = timed_ms(self.runner(model), runs, warmup)
+        return Batch.from_samples(times, delegation="xnnpack" if self.xnnpack else "cpu",
                                   mem_init_mb=init_mb, mem_overall_mb=_rss_mb() - before)
 
     def release(self, model: Path) -> None:
