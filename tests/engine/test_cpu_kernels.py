@@ -7,6 +7,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from leti.engine.backends.cpu import CPUBackend
+from leti.engine.backends.cpu import blas
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.graph import Graph
 from leti.engine.reference import run_reference
@@ -42,6 +43,62 @@ def test_gemm_without_bias_leaves_the_product(rng):
     K.gemm_bias_act(a, b, y, np.zeros(1, np.float32), False, 0, 2)
     assert rel_err(y, a @ b) < TOL
     assert (y < 0).any()  # no activation applied
+
+
+needs_mkl = pytest.mark.skipif(blas.mkl() is None, reason="no MKL in this environment (torch without MKL)")
+
+
+@needs_mkl
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows, k, n", [(1, 40, 24), (15, 3, 16), (100, 40, 24), (257, 96, 144), (49, 960, 320)])
+@pytest.mark.parametrize("act", [0, 2])
+def test_mkl_packed_gemm_matches_numpy(rng, threads, rows, k, n, act):
+    """MKL's packed GEMM in numba's row blocks: every block reads the one packed copy of ``b``."""
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    y = np.full((rows, n), np.nan, np.float32)
+    K.gemm_packed_bias_act(a, blas.mkl().pack_b(b), y, bias, True, act, threads, blas.ONE_THREAD)
+    ref = a.astype(np.float64) @ b + bias
+    assert rel_err(y, ref if act == 0 else _relu6(ref)) < TOL
+
+
+@pytest.mark.parametrize("act", [0, 1, 2])
+def test_gemv_splits_the_outputs(rng, act):
+    x = rng.standard_normal(300).astype(np.float32)
+    wt = rng.standard_normal((130, 300)).astype(np.float32)
+    bias = rng.standard_normal(130).astype(np.float32)
+    y = np.full(130, np.nan, np.float32)
+    K.gemv_bias_act(x, wt, y, bias, True, act)
+    ref = wt.astype(np.float64) @ x + bias
+    ref = {0: ref, 1: np.maximum(ref, 0), 2: _relu6(ref)}[act]
+    assert rel_err(y, ref) < TOL
+
+
+@pytest.mark.parametrize("use_mkl", [False, pytest.param(True, marks=needs_mkl)])
+def test_sessions_agree_with_the_reference_on_either_blas(rng, monkeypatch, use_mkl):
+    """A 1×1 conv (gemm), a 3×3/s2 conv (im2col) and a dense head at batch 1 (gemv) and 3 (gemm)
+    through the BLAS chosen at resize: MKL packed, or OpenBLAS when no MKL is found."""
+    if not use_mkl:
+        monkeypatch.setattr(blas, "mkl", lambda: None)
+    for batch in (1, 3):
+        g = Graph()
+        for name, shape in (("x", (batch, 9, 9, 5)), ("y1", (batch, 9, 9, 12)), ("y2", (batch, 5, 5, 7)),
+                            ("y3", (batch, 7)), ("y", (batch, 4))):
+            g.add_tensor(name, shape)
+        g.inputs = ["x"]
+        g.add_constant("w1", rng.standard_normal((1, 1, 5, 12)).astype(np.float32))
+        g.add_constant("b1", rng.standard_normal(12).astype(np.float32))
+        g.add_constant("w2", rng.standard_normal((3, 3, 12, 7)).astype(np.float32))
+        g.add_constant("wf", rng.standard_normal((7, 4)).astype(np.float32))
+        g.add_node("conv2d", ["x", "w1", "b1"], ["y1"], padding="same", activation="relu6")
+        g.add_node("conv2d", ["y1", "w2"], ["y2"], strides=[2, 2], padding="same")
+        g.add_node("mean", ["y2"], ["y3"], axes=[1, 2], keepdims=False)
+        g.add_node("fully_connected", ["y3", "wf"], ["y"], activation="relu")
+        g.outputs = ["y"]
+        x = rng.standard_normal((batch, 9, 9, 5)).astype(np.float32)
+        got = Session(g, backends=("cpu",), threads=2).resize().run({"x": x})["y"]
+        assert rel_err(got, run_reference(g, {"x": x})["y"]) < TOL
 
 
 def test_batched_gemm_multiplies_by_the_transposed_store(rng):
@@ -81,7 +138,7 @@ def test_winograd_kernels_give_the_convolution(rng, n, hw, pads, threads):
     assert rel_err(y, np.maximum(ref, 0)) < TOL
 
 
-def _dw_graph(x_shape, w, stride, mult, act):
+def _dw_graph(x_shape, w, stride, mult, act, padding="same", dilation=1):
     g = Graph()
     g.add_tensor("x", x_shape)
     g.inputs = ["x"]
@@ -89,7 +146,8 @@ def _dw_graph(x_shape, w, stride, mult, act):
     bn = g.add_constant("b", np.linspace(-1, 1, w.shape[2]).astype(np.float32))
     from leti.engine import ops
 
-    attrs = {"strides": [stride] * 2, "padding": "same", "multiplier": mult, "activation": act}
+    attrs = {"strides": [stride] * 2, "padding": padding, "multiplier": mult, "activation": act,
+             "dilations": [dilation] * 2}
     g.add_tensor("y", ops.get("depthwise_conv2d").infer([x_shape, w.shape, (w.shape[2],)], attrs)[0])
     g.add_node("depthwise_conv2d", ["x", wn, bn], ["y"], **attrs)
     g.outputs = ["y"]
@@ -198,3 +256,17 @@ def test_blas_limit_is_held_until_the_last_cpu_backend_closes():
     assert all(n == 1 for n in blas_threads())
     b.close()
     assert cpu_mod.blas_limit_users() == base
+
+
+@pytest.mark.parametrize("shape, padding, dilation", [
+    ((2, 9, 8, 6), "same", 1), ((1, 7, 7, 32), "valid", 1), ((1, 10, 11, 5), "same", 2),
+    ((1, 3, 2, 4), "same", 1), ((1, 2, 2, 3), "same", 1), ((1, 6, 5, 17), "valid", 2)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_3x3_row_kernel_matches_reference(rng, shape, padding, dilation, threads):
+    """The fused-tap row kernel (3×3, stride 1): batches, valid and same padding, dilation, maps
+    narrower than the kernel (every pixel on the border path) and odd channel counts."""
+    w = rng.standard_normal((3, 3, shape[3])).astype(np.float32)
+    g = _dw_graph(shape, w, 1, 1, "relu6", padding, dilation)
+    x = (3 * rng.standard_normal(shape)).astype(np.float32)
+    y = Session(g, backends=("cpu",), threads=threads).run({"x": x})["y"]
+    assert rel_err(y, run_reference(g, {"x": x})["y"]) < TOL

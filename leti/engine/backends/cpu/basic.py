@@ -26,15 +26,24 @@ def fully_connected(ctx: OpContext):
     w = ctx.constants.get(1)
     if w is None:
         return None
-    w = np.asfortranarray(w, dtype=np.float32)
+    from leti.engine.backends.cpu.conv import gemm_runner
+
     k, n = w.shape
     bias = ctx.constants.get(2)
     b = np.ascontiguousarray(bias, dtype=np.float32) if bias is not None else _EMPTY
     act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
+    rows = int(np.prod(ctx.in_shapes[0])) // k
+    if rows == 1:  # batch 1: a matrix-vector product, split over the outputs
+        wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
+
+        def run_gemv(ins, outs, scratch):
+            K.gemv_bias_act(ins[0].reshape(k), wt, outs[0].reshape(n), b, bias is not None, act)
+
+        return Execution(run_gemv)
+    gemm = gemm_runner(np.asarray(w, dtype=np.float32), b, bias is not None, act)
 
     def run(ins, outs, scratch):
-        K.gemm_bias_act(ins[0].reshape(-1, k), w, outs[0].reshape(-1, n), b, bias is not None, act,
-                        numba.get_num_threads())
+        gemm(ins[0].reshape(rows, k), outs[0].reshape(rows, n))
 
     return Execution(run)
 

@@ -7,10 +7,10 @@
   threads), numba output transform with the bias and activation fused;
 * ``im2col`` — the sliding-window scheme for everything else (strides, dilations, n̂ = 1): numba
   builds the column matrix in a scratch buffer planned at resize, BLAS multiplies it;
-* depthwise convolutions run a direct numba kernel.
+* depthwise convolutions run a direct numba kernel (3×3 stride 1: fused taps over whole rows).
 
 Every matrix product runs as single-threaded BLAS calls inside numba's thread pool
-(:func:`kernels.gemm_bias_act`, :func:`kernels.batched_gemm`) with the bias and activation applied
+(:func:`gemm_runner`, :func:`kernels.batched_gemm`; MKL's packed GEMM where available, see :mod:`.blas`) with the bias and activation applied
 to each row block while it is in cache: one pool of threads for the whole model, so BLAS threads
 and numba threads never compete for the same cores.
 """
@@ -21,18 +21,35 @@ import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext
+from leti.engine.backends.cpu import blas
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.ops.conv2d import geometry
 from leti.engine.strassen import strassen_matmul
 from leti.engine.winograd import winograd_matrices
 
 _EMPTY = np.zeros(1, dtype=np.float32)
+#: Largest tiled weight copy (10 floats per output column and channel) a 3×3 depthwise op may keep.
+TILED_BYTES_MAX = 8 << 20
 
 
-def _packed(w2: np.ndarray) -> np.ndarray:
-    """GEMM weights ``(k, n)`` stored column-major: OpenBLAS packs a transposed B faster, which
-    matters most for the few-row products of small feature maps."""
-    return np.asfortranarray(w2, dtype=np.float32)
+def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
+    """``f(a, y)``: ``y = act(a @ w2 + bias)`` over numba's threads, with the weights ``w2`` (k × n)
+    prepared once for the BLAS in use (:mod:`.blas`): packed for MKL, or column-major for OpenBLAS,
+    which packs a transposed B faster (what matters most for the few-row products of small maps)."""
+    mkl = blas.mkl()
+    if mkl is not None:
+        bp, one = mkl.pack_b(w2), blas.ONE_THREAD
+
+        def run_packed(a, y):
+            K.gemm_packed_bias_act(a, bp, y, bias, has_bias, act, numba.get_num_threads(), one)
+
+        return run_packed
+    wf = np.asfortranarray(w2, dtype=np.float32)
+
+    def run_openblas(a, y):
+        K.gemm_bias_act(a, wf, y, bias, has_bias, act, numba.get_num_threads())
+
+    return run_openblas
 
 
 def _bias_act(ctx: OpContext, nout: int):
@@ -66,11 +83,10 @@ def conv2d(ctx: OpContext) -> Execution | None:
                     K.bias_act(y2, bias, has_bias, act)
 
             return Execution(run_strassen)
-        w2 = _packed(w.reshape(ic, oc))
+        gemm = gemm_runner(w.reshape(ic, oc), bias, has_bias, act)
 
         def run_gemm(ins, outs, scratch):  # NHWC is already the (rows, ic) matrix: no copy
-            K.gemm_bias_act(ins[0].reshape(rows, ic), w2, outs[0].reshape(rows, oc), bias, has_bias, act,
-                            numba.get_num_threads())
+            gemm(ins[0].reshape(rows, ic), outs[0].reshape(rows, oc))
 
         return Execution(run_gemm)
 
@@ -99,14 +115,14 @@ def conv2d(ctx: OpContext) -> Execution | None:
         return Execution(run_winograd, scratch=(v_bytes, m_bytes))
 
     # im2col: the general sliding-window scheme
-    w2 = _packed(w.reshape(kh * kw * ic, oc))
+    gemm = gemm_runner(w.reshape(kh * kw * ic, oc), bias, has_bias, act)
     cols = kh * kw * ic
     pt, pl = pads[0], pads[2]
 
     def run_im2col(ins, outs, scratch):
         col = scratch[0].view(np.float32).reshape(rows, cols)
         K.im2col(ins[0], col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-        K.gemm_bias_act(col, w2, outs[0].reshape(rows, oc), bias, has_bias, act, numba.get_num_threads())
+        gemm(col, outs[0].reshape(rows, oc))
 
     return Execution(run_im2col, scratch=(rows * cols * 4,))
 
@@ -119,6 +135,22 @@ def depthwise_conv2d(ctx: OpContext) -> Execution | None:
     pads, _, (sh, sw), (dh, dw) = geometry(ctx.in_shapes[0], w.shape, ctx.attrs)
     bias, has_bias, act = _bias_act(ctx, w.shape[2])
     mult = int(ctx.attrs.get("multiplier", 1))
+    nb, h, wd, c = ctx.in_shapes[0]
+    kh, kw = w.shape[:2]
+    _, oh, ow, _ = ctx.out_shapes[0]
+    if (kh, kw, sh, sw, mult) == (3, 3, 1, 1, 1) and 40 * ow * c <= TILED_BYTES_MAX:
+        pt, pl = pads[0], pads[2]
+        b = bias if has_bias else np.zeros(c, np.float32)
+        xa = pl  # output columns whose three taps all fall inside the input
+        xb = max(xa, min(ow, wd + pl - 2 * dw))
+        wt = np.ascontiguousarray(np.tile(w.reshape(9, 1, c), (1, xb - xa, 1)).reshape(9, (xb - xa) * c))
+        bt = np.tile(b, xb - xa).astype(np.float32)
+
+        def run_rows(ins, outs, scratch):
+            K.depthwise3x3_rows(ins[0].reshape(nb, h, wd * c), wt, bt, outs[0].reshape(nb, oh, ow * c), w, b,
+                                h, wd, c, oh, ow, pt, pl, dh, dw, xa, xb, act)
+
+        return Execution(run_rows)
 
     def run(ins, outs, scratch):
         K.depthwise(ins[0], w, bias, has_bias, outs[0], mult, sh, sw, dh, dw, pads[0], pads[2], act)

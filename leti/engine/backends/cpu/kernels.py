@@ -11,6 +11,8 @@ import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401 - numba's np.dot calls it: load it before thread limits apply
 from numba import njit, prange
 
+from leti.engine.backends.cpu.blas import set_threads_local, sgemm_compute
+
 ACT_CODE = {"none": 0, None: 0, "relu": 1, "relu6": 2}
 
 
@@ -153,6 +155,19 @@ def winograd_output(m, at, y, bias, has_bias, act, th, tw, threads):
                         dst[o] = _act(acc[o], act)
 
 
+@njit(inline="always")
+def _epilogue(y, r0, r1, bias, has_bias, act):
+    """``y[r0:r1] = act(y[r0:r1] + bias)`` on a block still in cache from its product."""
+    if has_bias or act != 0:
+        n = y.shape[1]
+        for r in range(r0, r1):
+            for c in range(n):
+                v = y[r, c]
+                if has_bias:
+                    v += bias[c]
+                y[r, c] = _act(v, act)
+
+
 @njit(parallel=True, cache=True, fastmath=True)
 def gemm_bias_act(a, b, y, bias, has_bias, act, threads):
     """``y = act(a @ b + bias)`` for 2-D ``a`` (rows × k), ``b`` (k × n, C or F order) and C-contiguous
@@ -160,19 +175,44 @@ def gemm_bias_act(a, b, y, bias, has_bias, act, threads):
     (scipy's) followed by the epilogue while the block is in cache. Keeping the GEMMs inside numba's
     pool means one set of threads (no BLAS pool competing with numba's for the cores)."""
     m = a.shape[0]
-    n = b.shape[1]
     blocks = max(1, min(threads, m // 16))
     for i in prange(blocks):
         r0 = i * m // blocks
         r1 = (i + 1) * m // blocks
         np.dot(a[r0:r1], b, y[r0:r1])
-        if has_bias or act != 0:
-            for r in range(r0, r1):
-                for c in range(n):
-                    v = y[r, c]
-                    if has_bias:
-                        v += bias[c]
-                    y[r, c] = _act(v, act)
+        _epilogue(y, r0, r1, bias, has_bias, act)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def gemm_packed_bias_act(a, bp, y, bias, has_bias, act, threads, one):
+    """:func:`gemm_bias_act` with MKL's packed GEMM: ``bp`` is ``b`` packed once by
+    :meth:`blas._MKL.pack_b`; ``a`` rows must be contiguous (lda = k). ``one`` holds the int32 1 that
+    MKL's per-thread thread count is set to (see :mod:`.blas`)."""
+    m, k = a.shape
+    n = y.shape[1]
+    blocks = max(1, min(threads, m // 16))
+    for i in prange(blocks):
+        r0 = i * m // blocks
+        r1 = (i + 1) * m // blocks
+        set_threads_local(one.ctypes.data)
+        sgemm_compute(101, 111, 151, r1 - r0, n, k, a[r0:].ctypes.data, k, bp.ctypes.data, n,
+                      np.float32(0.0), y[r0:].ctypes.data, n)
+        _epilogue(y, r0, r1, bias, has_bias, act)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def gemv_bias_act(x, wt, y, bias, has_bias, act):
+    """``y = act(wt @ x + bias)`` for one input row (a fully connected layer at batch 1): one dot
+    product per output, split over numba's threads (a split over rows would leave all but one
+    thread idle), streaming ``wt`` (n × k, C order) once."""
+    n, k = wt.shape
+    for c in prange(n):
+        acc = np.float32(0.0)
+        for j in range(k):
+            acc += x[j] * wt[c, j]
+        if has_bias:
+            acc += bias[c]
+        y[c] = _act(acc, act)
 
 
 @njit(parallel=True, cache=True)
@@ -223,6 +263,60 @@ def depthwise(x, w, bias, has_bias, y, mult, sh, sw, dh, dw, pt, pl, act):
             yr = y[n, yo, xo]
             for o in range(oc):
                 yr[o] = _act(acc[o], act)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def depthwise3x3_rows(x3, wt, bt, y3, w, b, h, wd, c, oh, ow, pt, pl, dh, dw, xa, xb, act):
+    """3×3 stride-1 depthwise conv (multiplier 1) over flattened rows: ``x3`` (N, H, W·C), ``y3``
+    (N, OH, OW·C). For an inner row, the outputs ``xa ≤ xo < xb`` (no column padding) are one
+    contiguous run of ``(xb − xa)·C`` values, computed in a single vectorised loop with all nine
+    taps fused: ``wt`` (9, run) and ``bt`` (run) hold the weights and bias tiled along the run
+    once at resize, so the loop needs no per-pixel setup (the per-pixel kernel spent most of its
+    time there on MobileNet's 32-channel 112×112 layer). Border pixels take a per-pixel path.
+
+    The run's indices are unsigned on purpose: numba's negative-index wraparound on a signed
+    computed index turns each load into a gather, about 3× slower."""
+    nb = x3.shape[0]
+    run = np.uint64((xb - xa) * c)
+    d1 = np.uint64(dw * c)
+    d2 = np.uint64(2 * dw * c)
+    for r in prange(nb * oh):
+        n = r // oh
+        yo = r % oh
+        iy = yo - pt
+        first, last = 0, 0
+        if iy >= 0 and iy + 2 * dh < h:
+            i1 = iy + dh
+            i2 = iy + 2 * dh
+            s0 = np.uint64((xa - pl) * c)
+            q0 = np.uint64(xa * c)
+            for t in range(run):
+                s = s0 + t
+                v = (bt[t] + x3[n, iy, s] * wt[0, t] + x3[n, iy, s + d1] * wt[1, t] + x3[n, iy, s + d2] * wt[2, t]
+                     + x3[n, i1, s] * wt[3, t] + x3[n, i1, s + d1] * wt[4, t] + x3[n, i1, s + d2] * wt[5, t]
+                     + x3[n, i2, s] * wt[6, t] + x3[n, i2, s + d1] * wt[7, t] + x3[n, i2, s + d2] * wt[8, t])
+                y3[n, yo, q0 + t] = _act(v, act)
+            first, last = xa, xb
+        acc = np.empty(c, dtype=np.float32)
+        for xo in range(ow):  # border pixels (every pixel of a border row), taps outer, channels inner
+            if first <= xo < last:
+                continue
+            for o in range(c):
+                acc[o] = b[o]
+            for i in range(3):
+                yy = iy + i * dh
+                if yy < 0 or yy >= h:
+                    continue
+                for j in range(3):
+                    xx = xo - pl + j * dw
+                    if xx < 0 or xx >= wd:
+                        continue
+                    base = np.uint64(xx * c)
+                    for o in range(np.uint64(c)):
+                        acc[o] += x3[n, yy, base + o] * w[i, j, o]
+            out = np.uint64(xo * c)
+            for o in range(np.uint64(c)):
+                y3[n, yo, out + o] = _act(acc[o], act)
 
 
 @njit(parallel=True, cache=True, fastmath=True)
