@@ -449,7 +449,9 @@ def main() -> None:
     ap.add_argument("--mobilenet-size", type=int, default=224)
     ap.add_argument("--only-mobilenet", action="store_true", help="skip the NB101 models")
     args = ap.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    from leti.engine.backends.cpu import blas
+
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; engine GEMMs: {blas.name()}")
     errors: dict[str, str] = {}
     cols = list(PEERS) + ["engine", "im2col", "numpy"]
     hdr = (f"{'model':28s} {'thr':>3s} " + " ".join(f"{c[:8]:>8s}" for c in cols)

@@ -4,9 +4,10 @@ scipy's OpenBLAS otherwise.
 Why MKL's *packed* API: a convolution's weights are constant, so they are packed once at resize
 (``cblas_sgemm_pack``) into the layout MKL's microkernel reads, and every run only streams the
 activations through ``cblas_sgemm_compute``; OpenBLAS re-packs the weights on every call. On
-MobileNet v2's 1×1 shapes (one thread, this project's 2-vCPU Sapphire Rapids VM) the packed MKL
-products took 4.3 ms against OpenBLAS' 5.8 ms in total, 1.3–1.9× faster on the few-row products of
-the 7×7 stages (``benchmarks/bench_engine_cpu.py --gemm`` prints the comparison).
+MobileNet v2's 1×1 shapes (one thread, bias + ReLU6 epilogue included, this project's 2-vCPU
+Sapphire Rapids VM) the packed MKL products took 5.7 ms against OpenBLAS' 7.2 ms in total, 1.2–1.9×
+faster on every shape but one (12544×16×96: 0.9×), most on the few-row products of the 7×7 stages
+(``benchmarks/bench_cpu_gemm.py`` prints the comparison).
 
 Where MKL comes from: torch's CPU wheel (a LETI dependency, for the GCN) links MKL into
 ``libtorch_cpu.so`` and exports its BLAS entry points. The library is loaded into the process with
@@ -14,7 +15,7 @@ llvmlite, so numba kernels call the functions by symbol name and stay cacheable 
 call sets MKL's thread-local thread count to one first: the products run inside numba's thread
 pool, one block per thread, and must not open an OpenMP team of their own.
 
-``LETI_BLAS=openblas`` forces the fallback (used by the tests to cover both paths).
+``LETI_BLAS=openblas`` forces the fallback; the tests run both paths.
 """
 
 from __future__ import annotations
