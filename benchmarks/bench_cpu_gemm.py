@@ -1,7 +1,7 @@
 """The CPU backend's two GEMM paths side by side on MobileNet v2's 1×1 convolution shapes.
 
-OpenBLAS (scipy's, weights column-major, packed by OpenBLAS on every call) against MKL's packed
-API (weights packed once, see ``leti/engine/backends/cpu/blas.py``), both as the engine runs them:
+OpenBLAS (scipy's, weights column-major) against MKL's SGEMM (torch's bundled MKL, see
+``leti/engine/backends/cpu/blas.py``), both as the engine runs them:
 row blocks in numba's pool with the bias + ReLU6 epilogue. Timings are interleaved per shape so
 that CPU drift hits both paths alike; the figure per shape is the median.
 
@@ -43,11 +43,10 @@ def main() -> None:
         a = rng.standard_normal((m, k)).astype(np.float32)
         w = rng.standard_normal((k, n)).astype(np.float32)
         bias = rng.standard_normal(n).astype(np.float32)
-        wf, bp = np.asfortranarray(w), mkl.pack_b(w)
+        wf = np.asfortranarray(w)
         y = {p: np.empty((m, n), np.float32) for p in total}
         run = {"openblas": lambda: K.gemm_bias_act(a, wf, y["openblas"], bias, True, 2, args.threads),
-               "mkl": lambda: K.gemm_packed_bias_act(a, bp, y["mkl"], bias, True, 2, args.threads,
-                                                     blas.ONE_THREAD)}
+               "mkl": lambda: K.gemm_mkl_bias_act(a, w, y["mkl"], bias, True, 2, args.threads, blas.ONE_THREAD)}
         for f in run.values():
             f()
         assert np.allclose(y["openblas"], y["mkl"], rtol=1e-3, atol=1e-3)

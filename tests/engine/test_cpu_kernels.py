@@ -52,13 +52,13 @@ needs_mkl = pytest.mark.skipif(blas.mkl() is None, reason="no MKL in this enviro
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows, k, n", [(1, 40, 24), (15, 3, 16), (100, 40, 24), (257, 96, 144), (49, 960, 320)])
 @pytest.mark.parametrize("act", [0, 2])
-def test_mkl_packed_gemm_matches_numpy(rng, threads, rows, k, n, act):
-    """MKL's packed GEMM in numba's row blocks: every block reads the one packed copy of ``b``."""
+def test_mkl_gemm_matches_numpy(rng, threads, rows, k, n, act):
+    """MKL's SGEMM in numba's row blocks (row-major arrays through the column-major interface)."""
     a = rng.standard_normal((rows, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     y = np.full((rows, n), np.nan, np.float32)
-    K.gemm_packed_bias_act(a, blas.mkl().pack_b(b), y, bias, True, act, threads, blas.ONE_THREAD)
+    K.gemm_mkl_bias_act(a, b, y, bias, True, act, threads, blas.ONE_THREAD)
     ref = a.astype(np.float64) @ b + bias
     assert rel_err(y, ref if act == 0 else _relu6(ref)) < TOL
 
@@ -78,7 +78,7 @@ def test_gemv_splits_the_outputs(rng, act):
 @pytest.mark.parametrize("use_mkl", [False, pytest.param(True, marks=needs_mkl)])
 def test_sessions_agree_with_the_reference_on_either_blas(rng, monkeypatch, use_mkl):
     """A 1×1 conv (gemm), a 3×3/s2 conv (im2col) and a dense head at batch 1 (gemv) and 3 (gemm)
-    through the BLAS chosen at resize: MKL packed, or OpenBLAS when no MKL is found."""
+    through the BLAS chosen at resize: MKL, or OpenBLAS when no MKL is found."""
     if not use_mkl:
         monkeypatch.setattr(blas, "mkl", lambda: None)
     for batch in (1, 3):

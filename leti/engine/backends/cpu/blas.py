@@ -1,18 +1,18 @@
-"""Which BLAS the CPU backend's matrix products use: MKL's packed GEMM when an MKL is in reach,
-scipy's OpenBLAS otherwise.
+"""Which BLAS the CPU backend's matrix products use: MKL when one is in reach, scipy's OpenBLAS
+otherwise.
 
-Why MKL's *packed* API: a convolution's weights are constant, so they are packed once at resize
-(``cblas_sgemm_pack``) into the layout MKL's microkernel reads, and every run only streams the
-activations through ``cblas_sgemm_compute``; OpenBLAS re-packs the weights on every call. On
-MobileNet v2's 1×1 shapes (one thread, bias + ReLU6 epilogue included, this project's 2-vCPU
-Sapphire Rapids VM) the packed MKL products took 5.7 ms against OpenBLAS' 7.2 ms in total, 1.2–1.9×
-faster on every shape but one (12544×16×96: 0.9×), most on the few-row products of the 7×7 stages
-(``benchmarks/bench_cpu_gemm.py`` prints the comparison).
+Why MKL: on MobileNet v2's 1×1 convolution shapes (one thread, bias + ReLU6 epilogue included, this
+project's 2-vCPU Sapphire Rapids VM) MKL's SGEMM was 1.1–1.4× faster than OpenBLAS in total over
+three runs on a shared machine, 1.4–1.6× on the few-row products of the 7×7 stages, slower only on
+12544×16×96 (``benchmarks/bench_cpu_gemm.py`` prints the comparison). MKL's packed API (weights
+packed once at resize) was tried too and was no faster than plain SGEMM here. The cost: mapping
+MKL (inside ``libtorch_cpu.so``) adds about 150 MB of resident memory to a process that has not
+imported torch already.
 
 Where MKL comes from: torch's CPU wheel (a LETI dependency, for the GCN) links MKL into
-``libtorch_cpu.so`` and exports its BLAS entry points. The library is loaded into the process with
-llvmlite, so numba kernels call the functions by symbol name and stay cacheable on disk. Every
-call sets MKL's thread-local thread count to one first: the products run inside numba's thread
+``libtorch_cpu.so`` and exports its Fortran-style BLAS entry points. The library is loaded into the
+process with llvmlite, so numba kernels call ``sgemm_`` by symbol name and stay cacheable on disk.
+Every call sets MKL's thread-local thread count to one first: the products run inside numba's thread
 pool, one block per thread, and must not open an OpenMP team of their own.
 
 ``LETI_BLAS=openblas`` forces the fallback; the tests run both paths.
@@ -28,15 +28,13 @@ from pathlib import Path
 import numpy as np
 from numba import types
 
-LAYOUT_ROW_MAJOR, NO_TRANS, PACKED, B_MATRIX = 101, 111, 151, 162
-SYMBOLS = ("cblas_sgemm_pack", "cblas_sgemm_pack_get_size", "cblas_sgemm_compute", "mkl_set_num_threads_local_")
+SYMBOLS = ("sgemm_", "mkl_set_num_threads_local_")
 
-# Pointers are declared as intp: on the x86-64 and AArch64 calling conventions a pointer and a
-# 64-bit integer travel the same way, and numba hands ``arr.ctypes.data`` over as an integer.
-_i32, _ptr = types.int32, types.intp
-sgemm_compute = types.ExternalFunction(
-    "cblas_sgemm_compute",
-    types.void(_i32, _i32, _i32, _i32, _i32, _i32, _ptr, _i32, _ptr, _i32, types.float32, _ptr, _i32))
+# Fortran calling convention: every argument by reference. Pointers are declared as intp: on the
+# x86-64 and AArch64 calling conventions a pointer and a 64-bit integer travel the same way, and
+# numba hands ``arr.ctypes.data`` over as an integer.
+_ptr = types.intp
+sgemm = types.ExternalFunction("sgemm_", types.void(*([_ptr] * 13)))
 set_threads_local = types.ExternalFunction("mkl_set_num_threads_local_", types.int32(_ptr))
 
 #: MKL reads the thread count through a pointer (the Fortran-style entry point is the exported one).
@@ -52,8 +50,8 @@ def _torch_mkl_path() -> Path | None:
 
 
 @lru_cache(maxsize=1)
-def mkl() -> "_MKL | None":
-    """The loaded MKL, or None (no torch with MKL, not x86-64/AArch64 Linux, or ``LETI_BLAS=openblas``)."""
+def mkl() -> Path | None:
+    """The library MKL was loaded from, or None (no torch with MKL, not x86-64/AArch64 Linux, or ``LETI_BLAS=openblas``)."""
     if os.environ.get("LETI_BLAS", "").lower() == "openblas" or np.dtype(np.intp).itemsize != 8:
         return None
     path = _torch_mkl_path()
@@ -65,35 +63,14 @@ def mkl() -> "_MKL | None":
 
     try:
         lib = ctypes.CDLL(str(path))
-        if not all(hasattr(lib, s) for s in SYMBOLS):
+        if not all(hasattr(lib, sym) for sym in SYMBOLS):
             return None
         llb.load_library_permanently(str(path))  # numba's JIT resolves the symbols from here
     except OSError:
         return None
-    return _MKL(lib)
-
-
-class _MKL:
-    def __init__(self, lib) -> None:
-        import ctypes
-
-        i32, vp = ctypes.c_int, ctypes.c_void_p
-        self._size = lib.cblas_sgemm_pack_get_size
-        self._size.argtypes, self._size.restype = [i32, i32, i32, i32], ctypes.c_size_t
-        self._pack = lib.cblas_sgemm_pack
-        self._pack.argtypes = [i32, i32, i32, i32, i32, i32, ctypes.c_float, vp, i32, vp]
-        self._pack.restype = None
-
-    def pack_b(self, w: np.ndarray) -> np.ndarray:
-        """``w`` (k × n) in MKL's packed layout, as a float32 buffer for ``sgemm_compute``."""
-        w = np.ascontiguousarray(w, dtype=np.float32)
-        k, n = w.shape
-        nbytes = int(self._size(B_MATRIX, 1, n, k))
-        buf = np.empty(-(-nbytes // 4) + 16, dtype=np.float32)  # MKL writes at most nbytes
-        self._pack(LAYOUT_ROW_MAJOR, B_MATRIX, NO_TRANS, 1, n, k, 1.0, w.ctypes.data, n, buf.ctypes.data)
-        return buf
+    return path
 
 
 def name() -> str:
-    """The BLAS the CPU backend's GEMMs use now: ``mkl-packed`` or ``openblas``."""
-    return "mkl-packed" if mkl() is not None else "openblas"
+    """The BLAS the CPU backend's GEMMs use now: ``mkl`` or ``openblas``."""
+    return "mkl" if mkl() is not None else "openblas"

@@ -10,7 +10,7 @@
 * depthwise convolutions run a direct numba kernel (3×3 stride 1: fused taps over whole rows).
 
 Every matrix product runs as single-threaded BLAS calls inside numba's thread pool
-(:func:`gemm_runner`, :func:`kernels.batched_gemm`; MKL's packed GEMM where available, see :mod:`.blas`) with the bias and activation applied
+(:func:`gemm_runner`, :func:`kernels.batched_gemm`; MKL's SGEMM where available, see :mod:`.blas`) with the bias and activation applied
 to each row block while it is in cache: one pool of threads for the whole model, so BLAS threads
 and numba threads never compete for the same cores.
 """
@@ -33,17 +33,17 @@ TILED_BYTES_MAX = 8 << 20
 
 
 def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
-    """``f(a, y)``: ``y = act(a @ w2 + bias)`` over numba's threads, with the weights ``w2`` (k × n)
-    prepared once for the BLAS in use (:mod:`.blas`): packed for MKL, or column-major for OpenBLAS,
-    which packs a transposed B faster (what matters most for the few-row products of small maps)."""
-    mkl = blas.mkl()
-    if mkl is not None:
-        bp, one = mkl.pack_b(w2), blas.ONE_THREAD
+    """``f(a, y)``: ``y = act(a @ w2 + bias)`` over numba's threads through the BLAS in use
+    (:mod:`.blas`), with the weights ``w2`` (k × n) stored once as that BLAS reads them fastest:
+    row-major for MKL, column-major for OpenBLAS (which packs a transposed B faster, what matters
+    most for the few-row products of small feature maps)."""
+    if blas.mkl() is not None:
+        wc, one = np.ascontiguousarray(w2, dtype=np.float32), blas.ONE_THREAD
 
-        def run_packed(a, y):
-            K.gemm_packed_bias_act(a, bp, y, bias, has_bias, act, numba.get_num_threads(), one)
+        def run_mkl(a, y):
+            K.gemm_mkl_bias_act(a, wc, y, bias, has_bias, act, numba.get_num_threads(), one)
 
-        return run_packed
+        return run_mkl
     wf = np.asfortranarray(w2, dtype=np.float32)
 
     def run_openblas(a, y):

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401 - numba's np.dot calls it: load it before thread limits apply
 from numba import njit, prange
 
-from leti.engine.backends.cpu.blas import set_threads_local, sgemm_compute
+from leti.engine.backends.cpu.blas import set_threads_local, sgemm
 
 ACT_CODE = {"none": 0, None: 0, "relu": 1, "relu6": 2}
 
@@ -184,19 +184,28 @@ def gemm_bias_act(a, b, y, bias, has_bias, act, threads):
 
 
 @njit(parallel=True, cache=True, fastmath=True)
-def gemm_packed_bias_act(a, bp, y, bias, has_bias, act, threads, one):
-    """:func:`gemm_bias_act` with MKL's packed GEMM: ``bp`` is ``b`` packed once by
-    :meth:`blas._MKL.pack_b`; ``a`` rows must be contiguous (lda = k). ``one`` holds the int32 1 that
-    MKL's per-thread thread count is set to (see :mod:`.blas`)."""
+def gemm_mkl_bias_act(a, b, y, bias, has_bias, act, threads, one):
+    """:func:`gemm_bias_act` through MKL's ``sgemm_`` (see :mod:`.blas`): C-contiguous ``a`` (rows × k),
+    ``b`` (k × n) and ``y``. Row-major ``y = a b`` is the column-major ``yᵀ = bᵀ aᵀ``, so the call
+    passes ``b`` first. ``one`` holds the int32 1 that MKL's per-thread thread count is set to."""
     m, k = a.shape
-    n = y.shape[1]
+    n = b.shape[1]
     blocks = max(1, min(threads, m // 16))
     for i in prange(blocks):
         r0 = i * m // blocks
         r1 = (i + 1) * m // blocks
+        dims = np.empty(4, dtype=np.int32)  # n, rows, k, 'N'
+        dims[0] = n
+        dims[1] = r1 - r0
+        dims[2] = k
+        dims[3] = 78
+        scale = np.empty(2, dtype=np.float32)  # alpha, beta
+        scale[0] = 1.0
+        scale[1] = 0.0
+        nn, rows, kk, trans = dims.ctypes.data, dims.ctypes.data + 4, dims.ctypes.data + 8, dims.ctypes.data + 12
         set_threads_local(one.ctypes.data)
-        sgemm_compute(101, 111, 151, r1 - r0, n, k, a[r0:].ctypes.data, k, bp.ctypes.data, n,
-                      np.float32(0.0), y[r0:].ctypes.data, n)
+        sgemm(trans, trans, nn, rows, kk, scale.ctypes.data, b.ctypes.data, nn, a[r0:].ctypes.data, kk,
+              scale.ctypes.data + 4, y[r0:].ctypes.data, nn)
         _epilogue(y, r0, r1, bias, has_bias, act)
 
 
