@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 
 import numba
 import numpy as np
@@ -31,8 +32,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
-    mkl = blas.mkl()
-    if mkl is None:
+    if blas.mkl() is None:
         raise SystemExit("no MKL found (torch without MKL, or LETI_BLAS=openblas): nothing to compare")
     numba.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
@@ -45,8 +45,8 @@ def main() -> None:
         bias = rng.standard_normal(n).astype(np.float32)
         wf = np.asfortranarray(w)
         y = {p: np.empty((m, n), np.float32) for p in total}
-        run = {"openblas": lambda: K.gemm_bias_act(a, wf, y["openblas"], bias, True, 2, args.threads),
-               "mkl": lambda: K.gemm_mkl_bias_act(a, w, y["mkl"], bias, True, 2, args.threads, blas.ONE_THREAD)}
+        run = {"openblas": partial(K.gemm_bias_act, a, wf, y["openblas"], bias, True, 2, args.threads),
+               "mkl": partial(K.gemm_mkl_bias_act, a, w, y["mkl"], bias, True, 2, args.threads, blas.ONE_THREAD)}
         for f in run.values():
             f()
         assert np.allclose(y["openblas"], y["mkl"], rtol=1e-3, atol=1e-3)

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from leti.engine.backends.cpu import CPUBackend
-from leti.engine.backends.cpu import blas
+from leti.engine.backends.cpu import CPUBackend, blas
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.graph import Graph
 from leti.engine.reference import run_reference

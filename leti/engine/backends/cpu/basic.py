@@ -3,11 +3,11 @@ pooling and the LSTM recurrence."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext
 from leti.engine.backends.cpu import kernels as K
+from leti.engine.backends.cpu.conv import gemm_runner
 from leti.engine.ops.batch_norm import scale_shift
 from leti.engine.ops.pool import window
 from leti.engine.ops.slice import bounds
@@ -26,8 +26,6 @@ def fully_connected(ctx: OpContext):
     w = ctx.constants.get(1)
     if w is None:
         return None
-    from leti.engine.backends.cpu.conv import gemm_runner
-
     k, n = w.shape
     bias = ctx.constants.get(2)
     b = np.ascontiguousarray(bias, dtype=np.float32) if bias is not None else _EMPTY
