@@ -382,8 +382,9 @@ def _experiment_paired(device: Device, model: Path, reference: Path, p: Protocol
         tq = t_quantile(s.n, p.confidence)
         needed = math.ceil((tq * s.std_ms / (p.ci_rel * s.mean_ms)) ** 2) if s.mean_ms > 0 else p.runs
         more = min(max(needed - s.n, 2 * block_runs), p.runs - len(ta))
-        a2, r2, n2 = _paired_blocks(device, model, reference, max(1, math.ceil(more / block_runs)), block_runs,
-                                    min(p.warmup, 2))
+        if more < block_runs:  # whole blocks only: the adaptive protocol never exceeds ``runs`` timed runs
+            break
+        a2, r2, n2 = _paired_blocks(device, model, reference, more // block_runs, block_runs, min(p.warmup, 2))
         ta, tr, norm = ta + a2, tr + r2, norm + n2
     return Batch.from_samples(ta, delegation=probe.delegation, mem_init_mb=probe.mem_init_mb,
                               mem_overall_mb=probe.mem_overall_mb), Batch.from_samples(tr), Batch.from_samples(norm)
