@@ -13,8 +13,8 @@ branch-free kernel walks it:
 * rows are processed in blocks, tree by tree, so a tree's arrays stay in L1 while a block of rows walks
   it; blocks run in parallel (``numba.prange``) over ``n_jobs`` threads.
 
-Features and thresholds are float32, compared as order-preserving int32 (:func:`_sortable`) so that a
-node is one int64 (feature, threshold); split semantics are normalised to "right when ``x >= threshold``". XGBoost already splits that way (``x < t`` goes left)
+Features and thresholds are float32, compared as order-preserving int32 (:func:`_sortable`);
+split semantics are normalised to "right when ``x >= threshold``". XGBoost already splits that way (``x < t`` goes left)
 on float32 features. LightGBM goes left when ``x <= t`` with a float64 ``t``; for a float32 ``x`` that is
 "right when ``x >= v``" with ``v`` the smallest float32 above ``t`` — exact, which is why the boosting
 predictors round their features to float32 before training as well as before predicting. Features must
@@ -55,22 +55,24 @@ class TreeEnsemble:
     num_features: int
 
     def __post_init__(self) -> None:
-        # What the kernel reads: one int64 per node, feature index in the high half and the threshold
-        # as an order-preserving int32 in the low half (one load per step instead of two).
-        packed = (self.feature.astype(np.int64) << 32) | (_sortable(self.threshold).astype(np.int64) & 0xFFFFFFFF)
-        object.__setattr__(self, "nodes", np.ascontiguousarray(packed))
+        # What the kernel reads: feature indices as uint32 and thresholds as order-preserving int32.
+        # Unsigned indices matter: numba wraps negative signed indices, and that check on every
+        # dependent load made the walk ~1.7x slower (benchmarks/bench_predict_api.py).
+        object.__setattr__(self, "feat_u32", np.ascontiguousarray(self.feature, np.uint32))
+        object.__setattr__(self, "thr_i32", np.ascontiguousarray(_sortable(self.threshold)))
 
     def predict(self, x: np.ndarray, n_jobs: int = 1) -> np.ndarray:
-        xs = _sortable(_check_features(x, self.num_features))
+        xs = _sortable_features(x, self.num_features)
         out = np.empty(len(xs))
         if len(xs) == 0:
             return out
-        xflat = np.ascontiguousarray(xs).ravel()
+        xflat = xs.ravel()
         if len(xs) <= _BLOCK or n_jobs <= 1:
-            _walk(xflat, xs.shape[1], self.nodes, self.leaf, self.depth, self.base, out)
+            _walk(xflat, xs.shape[1], self.feat_u32, self.thr_i32, self.leaf, self.depth, self.base, out)
         else:
             with _numba_threads(n_jobs):
-                _walk_parallel(xflat, xs.shape[1], self.nodes, self.leaf, self.depth, self.base, out)
+                _walk_parallel(xflat, xs.shape[1], self.feat_u32, self.thr_i32, self.leaf, self.depth, self.base,
+                               out)
         return out
 
 
@@ -81,29 +83,53 @@ def _sortable(a: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, bits ^ np.int32(0x7FFFFFFF), bits)
 
 
+def _sortable_features(x: np.ndarray, num_features: int) -> np.ndarray:
+    """:func:`_check_features` then :func:`_sortable`, in one compiled pass over the batch."""
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[1] != num_features:
+        raise DatasetError(f"the model reads {num_features} features, got an array of shape {x.shape}")
+    if x.dtype != np.float32:
+        x = x.astype(np.float32)
+    out = np.empty(x.shape, np.int32)
+    if not _sortable_kernel(np.ascontiguousarray(x).ravel(), out.ravel()):
+        raise DatasetError("features must be finite for a compiled tree ensemble")
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _sortable_kernel(x, out):
+    finite = True
+    for i in range(x.shape[0]):
+        v = x[i]
+        finite &= np.isfinite(v)
+        b = np.float32(v + np.float32(0.0)).view(np.int32)
+        out[i] = b ^ np.int32(0x7FFFFFFF) if b < 0 else b
+    return finite
+
+
 # ---- kernels ------------------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _block(xflat, nf, nodes, leaf, depth, base, out, lo, hi, node, off, acc):
+def _block(xflat, nf, feat, thr, leaf, depth, base, out, lo, hi, node, acc):
     # Level by level over the block's rows: the rows' walks are independent, so the CPU overlaps
     # their loads instead of waiting on one row's chain of dependent loads (about 2x faster than
-    # walking one row at a time). Rows are addressed in the flat feature array through precomputed
-    # offsets, which keeps the inner loop to two loads, a compare and a store (~25% faster than 2-D
-    # indexing; benchmarks/bench_predict_api.py).
-    first_leaf = (1 << depth) - 1
+    # walking one row at a time). Every index is unsigned (uint32/uint64) so that numba emits plain
+    # loads without its negative-index wraparound.
+    first_leaf = np.uint32((1 << depth) - 1)
     m = hi - lo
+    one, two = np.uint32(1), np.uint32(2)
     for i in range(m):
-        off[i] = (lo + i) * nf
         acc[i] = base
-    for t in range(nodes.shape[0]):
-        p = nodes[t]
+    for t in range(feat.shape[0]):
+        pf = feat[t]
+        pt = thr[t]
         lv = leaf[t]
         for i in range(m):
             node[i] = 0
         for _ in range(depth):
             for i in range(m):
                 k = node[i]
-                q = p[k]
-                node[i] = 2 * k + 1 + (xflat[off[i] + (q >> 32)] >= np.int32(q & 0xFFFFFFFF))
+                row = np.uint64((lo + i) * nf)
+                node[i] = two * k + one + np.uint32(xflat[row + np.uint64(pf[k])] >= pt[k])
         for i in range(m):
             acc[i] += lv[node[i] - first_leaf]
     for i in range(m):
@@ -111,21 +137,21 @@ def _block(xflat, nf, nodes, leaf, depth, base, out, lo, hi, node, off, acc):
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk(xflat, nf, nodes, leaf, depth, base, out):
+def _walk(xflat, nf, feat, thr, leaf, depth, base, out):
     n = out.shape[0]
-    node, off, acc = np.empty(_BLOCK, np.int64), np.empty(_BLOCK, np.int64), np.empty(_BLOCK)
+    node, acc = np.empty(_BLOCK, np.uint32), np.empty(_BLOCK)
     for lo in range(0, n, _BLOCK):
-        _block(xflat, nf, nodes, leaf, depth, base, out, lo, min(lo + _BLOCK, n), node, off, acc)
+        _block(xflat, nf, feat, thr, leaf, depth, base, out, lo, min(lo + _BLOCK, n), node, acc)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _walk_parallel(xflat, nf, nodes, leaf, depth, base, out):
+def _walk_parallel(xflat, nf, feat, thr, leaf, depth, base, out):
     n = out.shape[0]
     nb = (n + _BLOCK - 1) // _BLOCK
     for b in numba.prange(nb):
         lo = b * _BLOCK
-        node, off, acc = np.empty(_BLOCK, np.int64), np.empty(_BLOCK, np.int64), np.empty(_BLOCK)
-        _block(xflat, nf, nodes, leaf, depth, base, out, lo, min(lo + _BLOCK, n), node, off, acc)
+        node, acc = np.empty(_BLOCK, np.uint32), np.empty(_BLOCK)
+        _block(xflat, nf, feat, thr, leaf, depth, base, out, lo, min(lo + _BLOCK, n), node, acc)
 
 
 # ---- building complete trees ----------------------------------------------------------------------

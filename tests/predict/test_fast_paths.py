@@ -112,3 +112,30 @@ def test_sortable_int_keeps_the_float_order():
     a = a.astype(np.float32)
     b = rng.permutation(a)[:500]
     np.testing.assert_array_equal(a[:, None] >= b[None, :], _sortable(a)[:, None] >= _sortable(b)[None, :])
+
+
+def test_unique_rows_numbers_distinct_rows_in_order_of_first_appearance():
+    from leti.predict.gcn_infer import _unique_rows
+
+    keys = np.array([[5, 1], [2, 2], [5, 1], [9, 0], [2, 2], [0, 0]], np.int64)
+    first, ids = _unique_rows(keys)
+    np.testing.assert_array_equal(first, [0, 1, 3, 5])
+    np.testing.assert_array_equal(ids, [0, 1, 0, 2, 1, 3])
+    rng = np.random.default_rng(3)
+    big = rng.integers(0, 4, (2000, 5))
+    first, ids = _unique_rows(big)
+    np.testing.assert_array_equal(big[first][ids], big)  # every row is its representative
+    assert (np.diff(first) > 0).all() and len(first) == len(np.unique(big, axis=0))
+
+
+def test_compiled_feature_transform_equals_check_then_sortable():
+    from leti.predict.trees import _check_features, _sortable, _sortable_features
+
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.normal(0, 1e3, (50, 7)), [[0.0, -0.0, 1e-45, -1e-45, 3e38, -3e38, 1.0]]])
+    for dtype in (np.float64, np.float32):
+        np.testing.assert_array_equal(_sortable_features(x.astype(dtype), 7), _sortable(_check_features(x, 7)))
+    bad = x.copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(DatasetError, match="finite"):
+        _sortable_features(bad, 7)
