@@ -28,7 +28,7 @@ from torch_geometric.nn import DenseGCNConv
 from leti.errors import LetiError
 from leti.predict.base import Predictor, register
 from leti.predict.features import graph_tensors
-from leti.predict.gcn_infer import DenseGCN
+from leti.predict.gcn_infer import DIRECT_CELLS, DenseGCN
 from leti.predict.spaces import CellTable
 
 #: cells per chunk of the fast path: big enough for state sharing, small enough for memory (~0.3 GB per state array)
@@ -36,12 +36,15 @@ _CHUNK = 16384
 
 
 @contextmanager
-def _threads(n: int):
-    """Run torch and numba with ``n`` threads (on a busy 2-core machine 1 is fastest), then restore."""
+def _threads(n: int, numba_pool: bool = True):
+    """Run torch and numba with ``n`` threads (on a busy 2-core machine 1 is fastest), then restore.
+    ``numba_pool=False`` leaves numba's pool alone (the few-cell path runs no numba kernel)."""
     import numba
 
-    old, old_nb = torch.get_num_threads(), numba.get_num_threads()
-    want, want_nb = max(1, int(n)), max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    old, want = torch.get_num_threads(), max(1, int(n))
+    old_nb = want_nb = numba.get_num_threads()
+    if numba_pool:
+        want_nb = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     # setting a pool's size costs tens of microseconds even when it does not change: a single-cell
     # prediction (the NAS inner loop) skips it when the pools already have the size
     if old != want:
@@ -145,7 +148,7 @@ class GCNPredictor(Predictor):
             self.fast_ = DenseGCN(self.net_.state_dict(), self.layers, self.global_node)
         x, a, m = graph_tensors(table, self.node_flops, self.global_node)
         out = []
-        with torch.inference_mode(), _threads(self.threads):
+        with torch.inference_mode(), _threads(self.threads, numba_pool=len(x) > DIRECT_CELLS):
             for s in range(0, len(x), _CHUNK):
                 out.append(self.fast_(x[s:s + _CHUNK], a[s:s + _CHUNK], m[s:s + _CHUNK], self.precision))
         z = np.concatenate(out).astype(np.float64)

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 import torch
 
-_DIRECT = 16  # batches up to this many cells skip the state sharing
+DIRECT_CELLS = 16  # batches up to this many cells skip the state sharing (and run no numba kernel)
 _MIX = np.random.default_rng(20240607).integers(1, 2**62, size=64, dtype=np.int64) | 1
 
 
@@ -71,7 +71,9 @@ def _norm_adjacency(a: np.ndarray) -> np.ndarray:
     return (d[:, :, None] * a * d[:, None, :]).astype(np.float32)
 
 
-_ROWS = 256  # new states aggregated per block: the block (600 KB) and a 600x600 weight stay in L2
+#: new states aggregated per block and per thread: big enough for an efficient (and, with threads,
+#: well-split) product, small enough to still be in cache when it is multiplied
+_ROWS = 4096
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True, parallel=True)
@@ -122,6 +124,52 @@ def _aggregate_readout(rowptr, col, val, z, bias, valid, head_w, out):
             out[r] = acc
 
 
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _small_layer(a, z, bias, mask, out):
+    """``out[c, i] = relu(bias + Σ_j a[c, i, j] · z[c, j]) · mask[c, i]`` for a few dense cells."""
+    n, v, hdim = z.shape
+    for c in range(n):
+        for i in range(v):
+            o = out[c, i]
+            if mask[c, i] == 0.0:
+                o[:] = 0.0
+                continue
+            o[:] = bias
+            for j in range(v):
+                coef = a[c, i, j]
+                if coef != 0.0:
+                    zr = z[c, j]
+                    for q in range(hdim):
+                        o[q] += coef * zr[q]
+            for q in range(hdim):
+                if o[q] < 0.0:
+                    o[q] = 0.0
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _small_layer_readout(a, z, bias, mask, head_w, out):
+    """:func:`_small_layer` fused with the linear readout: ``out[c, i] = head_w · (that layer's state)``."""
+    n, v, hdim = z.shape
+    buf = np.empty(hdim, np.float32)
+    for c in range(n):
+        for i in range(v):
+            if mask[c, i] == 0.0:
+                out[c, i] = 0.0
+                continue
+            buf[:] = bias
+            for j in range(v):
+                coef = a[c, i, j]
+                if coef != 0.0:
+                    zr = z[c, j]
+                    for q in range(hdim):
+                        buf[q] += coef * zr[q]
+            acc = 0.0
+            for q in range(hdim):
+                if buf[q] > 0.0:
+                    acc += buf[q] * head_w[q]
+            out[c, i] = acc
+
+
 class DenseGCN:
     """The weights of a trained GCN as plain tensors, evaluated with state deduplication."""
 
@@ -131,6 +179,8 @@ class DenseGCN:
         self.head_w = state["head.weight"].detach().float().reshape(-1)
         self.head_b = float(state["head.bias"].detach().float().reshape(-1)[0])
         self.global_node = global_node
+        self._biases_np = [b.numpy() for b in self.biases]
+        self._head_w_np = self.head_w.numpy()
         self._lowp: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def __call__(self, x: np.ndarray, a: np.ndarray, mask: np.ndarray, dtype: str = "float32") -> np.ndarray:
@@ -142,7 +192,7 @@ class DenseGCN:
         mm_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
         norm = _norm_adjacency(a)
         valid = mask.astype(bool)
-        if n <= _DIRECT:
+        if n <= DIRECT_CELLS:
             return self._direct(x, norm, valid, mm_dtype)
         # coefficient codes: equal float32 bits <=> equal coefficient; 0 = no edge
         coef_bits = np.where(norm != 0, norm.view(np.int32).astype(np.int64), 0)
@@ -188,10 +238,11 @@ class DenseGCN:
         and the whole ``H`` is never stored."""
         w = self.weights[layer]
         z = torch.empty((states, w.shape[1]), dtype=torch.float32)
-        buf = np.empty((_ROWS, csr[3].shape[1]), np.float32)
+        rows = _ROWS * torch.get_num_threads()
+        buf = np.empty((min(rows, states), csr[3].shape[1]), np.float32)
         tbuf = torch.from_numpy(buf)
-        for lo in range(0, states, _ROWS):
-            m = min(_ROWS, states - lo)
+        for lo in range(0, states, rows):
+            m = min(rows, states - lo)
             _aggregate(*csr, lo, buf[:m])
             if mm_dtype == torch.float32:
                 torch.matmul(tbuf[:m], w, out=z[lo:lo + m])
@@ -200,13 +251,21 @@ class DenseGCN:
         return z.numpy()
 
     def _direct(self, x: np.ndarray, norm: np.ndarray, valid: np.ndarray, mm_dtype: torch.dtype) -> np.ndarray:
-        """Plain dense layers, for a few cells (state sharing does not pay for its bookkeeping)."""
-        h = torch.from_numpy(np.ascontiguousarray(x, np.float32))
-        a = torch.from_numpy(norm)
-        m = torch.from_numpy(valid).unsqueeze(-1).float()
-        for w, b in zip(self.weights, self.biases):
-            h = torch.relu(torch.bmm(a, self._matmul(h, w, mm_dtype if h.shape[-1] > 64 else torch.float32)) + b) * m
-        s = (h @ self.head_w).numpy().astype(np.float64)
+        """Plain dense layers, for a few cells (state sharing does not pay for its bookkeeping): one
+        product and one small compiled kernel per layer (fewer calls than torch's bmm/add/relu/mul)."""
+        n, v, f = x.shape
+        h = torch.from_numpy(np.ascontiguousarray(x, np.float32).reshape(n * v, f))
+        maskf = valid.astype(np.float32)
+        last = len(self.weights) - 1
+        for layer, (w, b) in enumerate(zip(self.weights, self._biases_np)):
+            z = self._matmul(h, w, mm_dtype if h.shape[-1] > 64 else torch.float32).numpy().reshape(n, v, -1)
+            if layer == last:
+                s = np.empty((n, v))
+                _small_layer_readout(norm, z, b, maskf, self._head_w_np, s)
+                break
+            out = np.empty_like(z)
+            _small_layer(norm, z, b, maskf, out)
+            h = torch.from_numpy(out.reshape(n * v, -1))
         if self.global_node:
             return s[:, -1] + self.head_b
         return (s * valid).sum(axis=1) / np.maximum(valid.sum(axis=1), 1) + self.head_b

@@ -75,11 +75,19 @@ class SearchSpace:
     def cell_of(self, table: CellTable, i: int) -> Any:
         raise NotImplementedError
 
+    def _key(self) -> str:
+        """The spec as a string, computed once (spaces are immutable): ``predict`` compares the table's
+        space with the predictor's on every call, and ``spec()`` deep-copies a dataclass."""
+        key = self.__dict__.get("_spec_key")
+        if key is None:
+            key = self.__dict__["_spec_key"] = repr(self.spec())
+        return key
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SearchSpace) and self.spec() == other.spec()
+        return self is other or (isinstance(other, SearchSpace) and self._key() == other._key())
 
     def __hash__(self) -> int:
-        return hash(repr(self.spec()))
+        return hash(self._key())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()})"

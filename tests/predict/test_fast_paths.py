@@ -93,6 +93,10 @@ def test_fast_gcn_on_nb101_cells_with_padding(naslib):
     m = make_predictor("gcn", hidden=32, epochs=2).fit(t.take(np.arange(300)), y[:300])
     assert (t.ops < 0).any()  # some cells have fewer than 7 vertices
     np.testing.assert_allclose(m.predict(t), m.torch_predict(t), rtol=1e-5)
+    padded = np.flatnonzero((t.ops < 0).any(axis=1))[:10]  # the few-cell path, padding included
+    np.testing.assert_allclose(m.predict(t.take(padded)), m.torch_predict(t.take(padded)), rtol=1e-5)
+    g = make_predictor("gcn", hidden=32, epochs=2, global_node=True, node_flops=True).fit(t.take(np.arange(300)), y[:300])
+    np.testing.assert_allclose(g.predict(t.take(padded)), g.torch_predict(t.take(padded)), rtol=1e-5)
 
 
 def test_bfloat16_gcn_is_close_to_float32(data):
