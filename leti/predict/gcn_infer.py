@@ -76,98 +76,93 @@ def _norm_adjacency(a: np.ndarray) -> np.ndarray:
 _ROWS = 4096
 
 
+# ---- kernels: a layer's new state is relu(bias + Σ coefficient · z[neighbour]) ------------------
+@numba.njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _csr_sum(buf, bias, rowptr, col, val, z, r):
+    """``buf = bias + Σ val · z[col]`` over the CSR entries of row ``r``."""
+    buf[:] = bias
+    for e in range(rowptr[r], rowptr[r + 1]):
+        c = val[e]
+        zr = z[col[e]]
+        for q in range(buf.shape[0]):
+            buf[q] += c * zr[q]
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _dense_sum(buf, bias, arow, zc):
+    """``buf = bias + Σ_j arow[j] · zc[j]`` (a dense row of one small cell's adjacency)."""
+    buf[:] = bias
+    for j in range(arow.shape[0]):
+        c = arow[j]
+        if c != 0.0:
+            zr = zc[j]
+            for q in range(buf.shape[0]):
+                buf[q] += c * zr[q]
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _relu(buf):
+    for q in range(buf.shape[0]):
+        if buf[q] < 0.0:
+            buf[q] = 0.0
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _relu_dot(buf, w):
+    """``w · relu(buf)``: the linear readout of a state, without storing it."""
+    acc = 0.0
+    for q in range(buf.shape[0]):
+        if buf[q] > 0.0:
+            acc += buf[q] * w[q]
+    return acc
+
+
 @numba.njit(cache=True, nogil=True, fastmath=True, parallel=True)
 def _aggregate(rowptr, col, val, z, bias, valid, lo, out):
-    """``out[r - lo] = relu(bias + Σ val · z[col])`` over the entries of state ``r`` for ``r`` in
-    ``[lo, lo + len(out))``; 0 for padding states."""
-    hdim = z.shape[1]
+    """New states ``lo .. lo + len(out)`` into ``out`` (0 for padding states)."""
     for i in numba.prange(out.shape[0]):
-        r = lo + i
-        o = out[i]
-        if not valid[r]:
-            o[:] = 0.0
-            continue
-        o[:] = bias
-        for e in range(rowptr[r], rowptr[r + 1]):
-            c = val[e]
-            zr = z[col[e]]
-            for q in range(hdim):
-                o[q] += c * zr[q]
-        for q in range(hdim):
-            if o[q] < 0.0:
-                o[q] = 0.0
+        if valid[lo + i]:
+            _csr_sum(out[i], bias, rowptr, col, val, z, lo + i)
+            _relu(out[i])
+        else:
+            out[i] = 0.0
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True, parallel=True)
 def _aggregate_readout(rowptr, col, val, z, bias, valid, head_w, out):
-    """The last layer fused with the linear readout: ``out[r] = head_w · relu(bias + Σ val · z[col])``
-    (0 for padding states), without storing the layer's states."""
-    hdim = z.shape[1]
+    """The last layer fused with the readout: ``out[r] = head_w · (state r)``, 0 for padding states."""
     n = out.shape[0]
-    nb = (n + 63) // 64
-    for blk in numba.prange(nb):
-        buf = np.empty(hdim, np.float32)
+    for blk in numba.prange((n + 63) // 64):
+        buf = np.empty(z.shape[1], np.float32)
         for r in range(blk * 64, min(n, blk * 64 + 64)):
-            if not valid[r]:
-                out[r] = 0.0
-                continue
-            buf[:] = bias
-            for e in range(rowptr[r], rowptr[r + 1]):
-                c = val[e]
-                zr = z[col[e]]
-                for q in range(hdim):
-                    buf[q] += c * zr[q]
-            acc = 0.0
-            for q in range(hdim):
-                if buf[q] > 0.0:
-                    acc += buf[q] * head_w[q]
-            out[r] = acc
+            out[r] = 0.0
+            if valid[r]:
+                _csr_sum(buf, bias, rowptr, col, val, z, r)
+                out[r] = _relu_dot(buf, head_w)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
 def _small_layer(a, z, bias, mask, out):
-    """``out[c, i] = relu(bias + Σ_j a[c, i, j] · z[c, j]) · mask[c, i]`` for a few dense cells."""
-    n, v, hdim = z.shape
-    for c in range(n):
-        for i in range(v):
-            o = out[c, i]
-            if mask[c, i] == 0.0:
-                o[:] = 0.0
-                continue
-            o[:] = bias
-            for j in range(v):
-                coef = a[c, i, j]
-                if coef != 0.0:
-                    zr = z[c, j]
-                    for q in range(hdim):
-                        o[q] += coef * zr[q]
-            for q in range(hdim):
-                if o[q] < 0.0:
-                    o[q] = 0.0
+    """One layer of a few dense cells: ``out[c, i]`` from ``a[c, i]`` and ``z[c]``, 0 where masked."""
+    for c in range(z.shape[0]):
+        for i in range(z.shape[1]):
+            if mask[c, i] != 0.0:
+                _dense_sum(out[c, i], bias, a[c, i], z[c])
+                _relu(out[c, i])
+            else:
+                out[c, i] = 0.0
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
 def _small_layer_readout(a, z, bias, mask, head_w, out):
-    """:func:`_small_layer` fused with the linear readout: ``out[c, i] = head_w · (that layer's state)``."""
-    n, v, hdim = z.shape
-    buf = np.empty(hdim, np.float32)
-    for c in range(n):
-        for i in range(v):
-            if mask[c, i] == 0.0:
-                out[c, i] = 0.0
-                continue
-            buf[:] = bias
-            for j in range(v):
-                coef = a[c, i, j]
-                if coef != 0.0:
-                    zr = z[c, j]
-                    for q in range(hdim):
-                        buf[q] += coef * zr[q]
-            acc = 0.0
-            for q in range(hdim):
-                if buf[q] > 0.0:
-                    acc += buf[q] * head_w[q]
-            out[c, i] = acc
+    """:func:`_small_layer` fused with the readout: ``out[c, i] = head_w · (that state)``."""
+    buf = np.empty(z.shape[2], np.float32)
+    for c in range(z.shape[0]):
+        for i in range(z.shape[1]):
+            out[c, i] = 0.0
+            if mask[c, i] != 0.0:
+                _dense_sum(buf, bias, a[c, i], z[c])
+                out[c, i] = _relu_dot(buf, head_w)
 
 
 class DenseGCN:
