@@ -143,3 +143,15 @@ def test_compiled_feature_transform_equals_check_then_sortable():
     bad[3, 2] = np.nan
     with pytest.raises(DatasetError, match="finite"):
         _sortable_features(bad, 7)
+
+
+def test_fast_gcn_on_two_threads_equals_one(data, monkeypatch):
+    import leti.predict.gcn_infer as gi
+
+    t, y = data
+    m = make_predictor("gcn", hidden=40, epochs=2).fit(t.take(np.arange(200)), y[:200])
+    monkeypatch.setattr(gi, "_ROWS", 64)  # several blocks per layer at this size
+    a = m.predict(t)
+    m.set_params(threads=2)
+    np.testing.assert_allclose(m.predict(t), a, rtol=1e-5)
+    np.testing.assert_allclose(a, m.torch_predict(t), rtol=1e-5)
