@@ -282,36 +282,62 @@ def module_costs_reference(adj: np.ndarray, labels: np.ndarray, nv: np.ndarray, 
 
 def network_costs(adj: np.ndarray, labels: np.ndarray, nv: np.ndarray, config: NetworkConfig = NetworkConfig()
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """FLOPs, params, peak bytes and per-vertex FLOPs of the stacked network (as ``costs.network_costs``)."""
-    s, c0 = config.input_size, config.stem_channels
-    adj = np.ascontiguousarray(adj, np.int64)  # once, not per module
+    """FLOPs, params, peak bytes and per-vertex FLOPs of the stacked network (as ``costs.network_costs``).
+    One compiled call (a single cell costs ~5 µs instead of ~60 µs of NumPy calls per stack)."""
+    adj = np.ascontiguousarray(adj, np.int64)
     labels = np.ascontiguousarray(labels, np.int64)
     nv = np.ascontiguousarray(nv, np.int64)
     n = len(nv)
-    flops = np.full(n, float(s * s * 9 * config.input_channels * c0 + 3 * s * s * c0))
-    params = np.full(n, float(9 * config.input_channels * c0 + 2 * c0))
-    peak = np.full(n, float((s * s * config.input_channels + s * s * c0) * 4))
-    vflops = np.zeros((n, V))
+    flops, params, peak = np.empty(n), np.empty(n), np.empty(n)
+    vflops = np.empty((n, V))
+    c = config
+    _network_kernel(adj, labels, nv, int(c.input_size), int(c.input_channels), int(c.stem_channels),
+                    int(c.num_stacks), int(c.modules_per_stack), int(c.num_classes), flops, params, peak, vflops)
+    return flops, params, peak, vflops
+
+
+@numba.njit(cache=True, nogil=True)
+def _network_kernel(adj, labels, nv, s, in_ch, c0, num_stacks, modules_per_stack, num_classes,
+                    flops, params, peak, vflops):
+    # stem conv + BN/ReLU; per stack: a downsampling max-pool (after the first), one module from the
+    # previous width and the rest at the stack's width; then global pool and the dense classifier
+    n = nv.shape[0]
+    f1, p1, k1, v1 = np.empty(n), np.empty(n), np.empty(n), np.empty((n, V))
+    f2, p2, k2, v2 = np.empty(n), np.empty(n), np.empty(n), np.empty((n, V))
+    flops[:] = float(s * s * 9 * in_ch * c0 + 3 * s * s * c0)
+    params[:] = float(9 * in_ch * c0 + 2 * c0)
+    peak[:] = float((s * s * in_ch + s * s * c0) * 4)
+    vflops[:] = 0.0
     h = w = s
     channels = c0
     cin = c0
-    for stack in range(config.num_stacks):
+    m = modules_per_stack - 1
+    for stack in range(num_stacks):
         if stack > 0:
             h2, w2 = -(-h // 2), -(-w // 2)
-            flops += h2 * w2 * cin * 4
-            peak = np.maximum(peak, (h * w * cin + h2 * w2 * cin) * 4.0)
+            pool = (h * w * cin + h2 * w2 * cin) * 4.0
+            for i in range(n):
+                flops[i] += h2 * w2 * cin * 4
+                peak[i] = max(peak[i], pool)
             h, w = h2, w2
             channels *= 2
-        first = module_costs(adj, labels, nv, h, w, cin, channels)
-        rest = module_costs(adj, labels, nv, h, w, channels, channels) if cin != channels else first
-        m = config.modules_per_stack - 1
-        flops += first[0] + m * rest[0]
-        params += first[1] + m * rest[1]
-        peak = np.maximum(peak, first[2]) if m == 0 else np.maximum(np.maximum(peak, first[2]), rest[2])
-        vflops += first[3] + m * rest[3]
+        _module_kernel(adj, labels, nv, h, w, cin, channels, f1, p1, k1, v1)
+        if cin != channels:
+            _module_kernel(adj, labels, nv, h, w, channels, channels, f2, p2, k2, v2)
+        else:
+            f2[:] = f1
+            p2[:] = p1
+            k2[:] = k1
+            v2[:] = v1
+        for i in range(n):
+            flops[i] += f1[i] + m * f2[i]
+            params[i] += p1[i] + m * p2[i]
+            peak[i] = max(peak[i], k1[i]) if m == 0 else max(max(peak[i], k1[i]), k2[i])
+            for j in range(V):
+                vflops[i, j] += v1[i, j] + m * v2[i, j]
         cin = channels
-    flops += cin * config.num_classes
-    params += (cin + 1) * config.num_classes
-    peak = np.maximum(peak, (h * w * cin + cin) * 4.0)
-    peak = np.maximum(peak, (cin + config.num_classes) * 4.0)
-    return flops, params, peak, vflops
+    for i in range(n):
+        flops[i] += cin * num_classes
+        params[i] += (cin + 1) * num_classes
+        peak[i] = max(peak[i], (h * w * cin + cin) * 4.0)
+        peak[i] = max(peak[i], (cin + num_classes) * 4.0)

@@ -46,3 +46,13 @@ def test_space_fast_path_equals_cell_path():
     # per-vertex FLOPs cover the modules; what is left (stem, downsampling, classifier) is the same for all
     rest = a.flops - a.node_flops.sum(axis=1)
     assert np.ptp(rest) == 0 and rest[0] > 0
+
+
+def test_one_module_per_stack_and_more_stacks():
+    space = enumerate_space().sample(30, seed=5)
+    cfg = NetworkConfig(input_size=40, input_channels=1, stem_channels=8, num_stacks=4, modules_per_stack=1,
+                        num_classes=7)
+    t = NB101Space(cfg).table(space)
+    for i, c in enumerate(space):
+        ref = network_costs(c, cfg)
+        assert (t.flops[i], t.params[i], t.peak_memory[i]) == (ref.flops, ref.params, ref.peak_memory_bytes)
