@@ -38,7 +38,7 @@ _CHUNK = 16384
 @contextmanager
 def _threads(n: int, numba_pool: bool = True):
     """Run torch and numba with ``n`` threads (on a busy 2-core machine 1 is fastest), then restore.
-    ``numba_pool=False`` leaves numba's pool alone (the few-cell path runs no numba kernel)."""
+    ``numba_pool=False`` leaves numba's pool alone (the few-cell path's kernels are serial)."""
     import numba
 
     old, want = torch.get_num_threads(), max(1, int(n))

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 import torch
 
-DIRECT_CELLS = 16  # batches up to this many cells skip the state sharing (and run no numba kernel)
+DIRECT_CELLS = 16  # batches up to this many cells skip the state sharing (their kernels run on one thread)
 _MIX = np.random.default_rng(20240607).integers(1, 2**62, size=64, dtype=np.int64) | 1
 
 
@@ -196,7 +196,7 @@ class DenseGCN:
         x_rows = np.concatenate([x.reshape(n * v, f), flat_mask[:, None]], axis=1).astype(np.float32)
         first, ids = _unique_rows(x_rows.view(np.int32).astype(np.int64))
         h0 = torch.from_numpy(np.ascontiguousarray(x_rows[first, :f]))  # states of layer 0
-        z = self._matmul(h0, self.weights[0], torch.float32).numpy()  # per state of the layer below
+        z = self._matmul(h0, self.weights[0], mm_dtype).numpy()  # per state of the layer below
         ids = ids.reshape(n, v)
         last = len(self.weights) - 1
         for layer in range(last + 1):
@@ -215,17 +215,14 @@ class DenseGCN:
             coef = norm[cell, vert] * valid[cell, vert][:, None]  # padding vertices: all-zero states
             row, j = np.nonzero(coef)
             csr = (np.searchsorted(row, np.arange(len(first) + 1)).astype(np.int64), ids[cell[row], j].astype(np.int64),
-                   coef[row, j].astype(np.float32), z, self.biases[layer].numpy(), valid[cell, vert])
+                   coef[row, j].astype(np.float32), z, self._biases_np[layer], valid[cell, vert])
             ids = new_ids.reshape(n, k)
             if layer == last:
                 s = np.empty(len(first))
-                _aggregate_readout(*csr, self.head_w.numpy(), s)  # readout per state (it is linear)
+                _aggregate_readout(*csr, self._head_w_np, s)  # readout per state (it is linear)
                 break
             z = self._aggregate_matmul(csr, len(first), layer + 1, mm_dtype)
-        if self.global_node:
-            return s[ids[:, 0]] + self.head_b
-        per = np.where(valid, s[ids], 0.0)
-        return per.sum(axis=1) / np.maximum(valid.sum(axis=1), 1) + self.head_b
+        return self._pool(s[ids], valid)
 
     def _aggregate_matmul(self, csr: tuple, states: int, layer: int, mm_dtype: torch.dtype) -> np.ndarray:
         """``z = H W[layer]`` for the ``states`` new states ``H`` that ``csr`` aggregates, a block of
@@ -239,10 +236,7 @@ class DenseGCN:
         for lo in range(0, states, rows):
             m = min(rows, states - lo)
             _aggregate(*csr, lo, buf[:m])
-            if mm_dtype == torch.float32:
-                torch.matmul(tbuf[:m], w, out=z[lo:lo + m])
-            else:
-                z[lo:lo + m] = self._matmul(tbuf[:m], w, mm_dtype)
+            self._matmul(tbuf[:m], w, mm_dtype, out=z[lo:lo + m])
         return z.numpy()
 
     def _direct(self, x: np.ndarray, norm: np.ndarray, valid: np.ndarray, mm_dtype: torch.dtype) -> np.ndarray:
@@ -253,7 +247,7 @@ class DenseGCN:
         maskf = valid.astype(np.float32)
         last = len(self.weights) - 1
         for layer, (w, b) in enumerate(zip(self.weights, self._biases_np)):
-            z = self._matmul(h, w, mm_dtype if h.shape[-1] > 64 else torch.float32).numpy().reshape(n, v, -1)
+            z = self._matmul(h, w, mm_dtype).numpy().reshape(n, v, -1)
             if layer == last:
                 s = np.empty((n, v))
                 _small_layer_readout(norm, z, b, maskf, self._head_w_np, s)
@@ -261,14 +255,26 @@ class DenseGCN:
             out = np.empty_like(z)
             _small_layer(norm, z, b, maskf, out)
             h = torch.from_numpy(out.reshape(n * v, -1))
+        return self._pool(s, valid)
+
+    def _pool(self, s: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """The network output from each vertex's readout ``s`` (N, k): the global node's (the last
+        vertex), or the mean over the cell's vertices, plus the head's bias."""
         if self.global_node:
             return s[:, -1] + self.head_b
-        return (s * valid).sum(axis=1) / np.maximum(valid.sum(axis=1), 1) + self.head_b
+        return np.where(valid, s, 0.0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1) + self.head_b
 
-    def _matmul(self, h: torch.Tensor, w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        if dtype == torch.float32:
-            return h @ w
+    def _matmul(self, h: torch.Tensor, w: torch.Tensor, dtype: torch.dtype,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """``h @ w`` (into ``out`` when given); in ``dtype`` for the wide products only (inputs of more
+        than 64 features), float32 for the narrow first layer."""
+        if dtype == torch.float32 or h.shape[-1] <= 64:
+            return torch.matmul(h, w, out=out)
         key = (id(w), dtype)
         if key not in self._lowp:  # convert each weight matrix once, not per call
             self._lowp[key] = w.to(dtype)
-        return (h.to(dtype) @ self._lowp[key]).float()
+        z = (h.to(dtype) @ self._lowp[key]).float()
+        if out is None:
+            return z
+        out.copy_(z)
+        return out

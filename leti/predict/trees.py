@@ -85,9 +85,7 @@ def _sortable(a: np.ndarray) -> np.ndarray:
 
 def _sortable_features(x: np.ndarray, num_features: int) -> np.ndarray:
     """:func:`_check_features` then :func:`_sortable`, in one compiled pass over the batch."""
-    x = np.asarray(x)
-    if x.ndim != 2 or x.shape[1] != num_features:
-        raise DatasetError(f"the model reads {num_features} features, got an array of shape {x.shape}")
+    x = _check_shape(x, num_features)
     if x.dtype != np.float32:
         x = x.astype(np.float32)
     out = np.empty(x.shape, np.int32)
@@ -323,11 +321,15 @@ def compile_catboost(model) -> ObliviousEnsemble:
     return ObliviousEnsemble(feature, threshold, leaf, float(bias), float(scale), n_feat)
 
 
-def _check_features(x: np.ndarray, num_features: int) -> np.ndarray:
+def _check_shape(x: np.ndarray, num_features: int) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim != 2 or x.shape[1] != num_features:
         raise DatasetError(f"the model reads {num_features} features, got an array of shape {x.shape}")
-    x = np.ascontiguousarray(x, np.float32)
+    return x
+
+
+def _check_features(x: np.ndarray, num_features: int) -> np.ndarray:
+    x = np.ascontiguousarray(_check_shape(x, num_features), np.float32)
     if not np.isfinite(x).all():
         raise DatasetError("features must be finite for a compiled tree ensemble")
     return x
