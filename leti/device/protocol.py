@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from leti.device.base import Device, Measurement, utc_now
-from leti.device.stats import Batch, ci_half_width, pool, t_quantile
+from leti.device.stats import CLOCKS, Batch, ci_half_width, pool, t_quantile
 
 
 # ---- the protocol ------------------------------------------------------------------------------
@@ -54,15 +54,24 @@ class Protocol:
     #: Thermal care: cool down before a model while the device is hotter than this (°C); None = never.
     cooldown_above_c: float | None = None
     cooldown_timeout_s: float = 120.0
+    #: What a run's time is read on (:data:`~leti.device.stats.CLOCKS`): ``wall``, or ``cpu`` — the measuring
+    #: thread's CPU time, which other processes preempting it on a shared host cannot inflate (local, 1 thread).
+    clock: str = "wall"
 
     def __post_init__(self) -> None:
         if self.runs < 1 or self.warmup < 0 or self.max_attempts < 1 or self.min_runs < 2:
             raise ValueError("Protocol needs runs >= 1, warmup >= 0, max_attempts >= 1, min_runs >= 2")
         if not (0 < self.max_rel_std) or not (0 < self.ci_rel < 1) or not (0 < self.confidence < 1):
             raise ValueError("Protocol needs max_rel_std > 0 and ci_rel, confidence in (0, 1)")
+        if self.clock not in CLOCKS:
+            raise ValueError(f"unknown clock {self.clock!r}; known: {', '.join(CLOCKS)}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The stored form; the wall clock is left out, so campaigns stored before clocks existed resume."""
+        d = asdict(self)
+        if d["clock"] == "wall":
+            del d["clock"]
+        return d
 
 
 def cool_down(device: Device, above_c: float | None, timeout_s: float, poll_s: float = 2.0,
@@ -115,7 +124,7 @@ def _paired_blocks(device: Device, model: Path, reference: Path, blocks: int, bl
     for _ in range(warmup):
         a()
         r()
-    clock = time.perf_counter_ns
+    clock = device.clock_ns
     ta = np.empty((blocks, block_runs))
     tr = np.empty((blocks, block_runs))
     gc.collect()
@@ -173,6 +182,11 @@ def measure(device: Device, model: Path | str, protocol: Protocol = Protocol(),
     adaptive stop apply to the normalised samples, and ``ref_ms``, ``ratio``, ``ratio_std`` are filled.
     """
     model = Path(model)
+    with device.timing(protocol.clock):
+        return _measure(device, model, protocol, reference)
+
+
+def _measure(device: Device, model: Path, protocol: Protocol, reference: Path | str | None) -> Measurement:
     temp, cooled = cool_down(device, protocol.cooldown_above_c, protocol.cooldown_timeout_s)
     started = utc_now()
     logs: list[str] = []
