@@ -160,6 +160,9 @@ def test_cpu_clock_campaign_records_its_clock_and_refuses_what_it_cannot_honour(
         if db.exists():
             with sqlite3.connect(db) as c:
                 assert c.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 0
+    code, out, err = run_leti(capsys, "measure", "--cells", tmp_path / "cells.parquet", "--cluster", "auto",
+                              "--device", "all", "--db", db, "--clock", "cpu")
+    assert code != 0 and err.count("\n") == 1 and "the devices of a --cluster use the wall clock" in err, err
     code, out, err = run_leti(capsys, "measure", "--models", sized, "--device", "local", "--db", db,
                               "--clock", "cpu", "--reference", "auto", *FAST)
     assert code == 0 and "measured 6, failed 0" in out, err
