@@ -5,7 +5,8 @@
 ``--limit N`` takes N models spread over the families (round robin), for a quick look. The run resumes:
 finished models are not built again. Prints the count per family, the models dropped (and why), the
 wall time and the load average before and after (the machine is shared).
-Then: ``leti measure --models zoo/ --device local --db zoo.sqlite --adaptive --runs 100 --passes 2 --reference auto``.
+Then: ``leti measure --models zoo/ --device local --db zoo.sqlite --adaptive --runs 100 --passes 2 --reference auto
+--clock cpu`` (see ``datasets/zoo_local_cpu.README.md``).
 """
 
 from __future__ import annotations

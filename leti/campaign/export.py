@@ -189,7 +189,7 @@ def export_dataset(db: str | os.PathLike | Sequence[str | os.PathLike], out: str
     return summary
 
 
-def _coverage_lines(side: dict, df) -> list[str]:
+def _coverage_lines(side: dict, df, item: str = "cell") -> list[str]:
     """The datasheet's paragraph on precision and delegate coverage (partial delegation explains outliers)."""
     precision = (side.get("model_spec") or {}).get("precision", "fp32")
     known = df["fully_delegated"].notna() if "fully_delegated" in df else None
@@ -201,7 +201,7 @@ def _coverage_lines(side: dict, df) -> list[str]:
         cov = (f"Delegate coverage ({delegates}): {int(known.sum()) - len(part)} rows fully delegated, "
                f"**{len(part)} rows partly delegated** (`fully_delegated = false`; `cpu_nodes` of "
                f"`total_nodes` ran on the CPU's own kernels"
-               + (f", {part['hash'].nunique()} cells, up to {int(part['cpu_nodes'].max())} nodes" if len(part) else "")
+               + (f", {part['hash'].nunique()} {item}s, up to {int(part['cpu_nodes'].max())} nodes" if len(part) else "")
                + "). Partly delegated rows are timed as such, never as fully delegated.")
     return [f"Precision of the models: {precision}" + (" (see `leti generate --format tflite-int8`)."
                                                         if precision != "fp32" else "."), cov, ""]
@@ -229,7 +229,7 @@ def _datasheet(name: str, side: dict, df) -> str:
         "of their mean, and every row whose measurement failed.",
         f"Unstable rows (std above the protocol limit after the allowed reruns) are kept with `stable = false`: {s['unstable']}.",
         f"Pass-to-pass correlation of the mean: {corr}.", "",
-    ] + _coverage_lines(side, df) + datasheet_lines(s.get("op_table"), s.get("op_profiles", {})) + ([
+    ] + _coverage_lines(side, df, item) + datasheet_lines(s.get("op_table"), s.get("op_profiles", {})) + ([
         f"Paired measurement: every experiment alternated ~10 ms blocks of the {item} and of the reference "
         f"{ref}; `ratio` is the median of the {item}'s runs, each divided by the reference runs around it, "
         f"`corrected_ms` = ratio × {s['reference_ms']:.4f} ms (the median of the reference's per-experiment "

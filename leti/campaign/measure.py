@@ -242,7 +242,7 @@ def measure_table(cells_path: str | Path, device: str, db: str | Path, *, backen
 
 def _run(store, dev, cells, costs, spec, protocol, passes, seed, cells_path, ref_cell, extend, retry_failed,
          cache_dir, cache_bytes, offline_wait_s, echo, track) -> dict:
-    check_pairable(dev, ref_cell)
+    check_device(dev, protocol, ref_cell)
     new = check_same_cells(store, cells, cells_path, extend)
     old_passes = store.meta().get("passes")
     store.bind(device_id=bind_device(store, dev, echo), backend=dev.backend, protocol=protocol.to_dict(),
@@ -277,11 +277,14 @@ def _run(store, dev, cells, costs, spec, protocol, passes, seed, cells_path, ref
     return finished(store, stats)
 
 
-def check_pairable(dev, reference) -> None:
-    """Refuse ``--reference`` on a device that cannot alternate two models in one run."""
+def check_device(dev, protocol: Protocol, reference) -> None:
+    """Refuse, before anything is stored, a ``--reference`` or a ``--clock`` the device cannot honour."""
     if reference is not None and not dev.pairable:
         raise LetiError(f"--reference: {dev.id} cannot alternate two models in one run; pairing needs a device "
                         "that runs models in this process (local, engine)")
+    if protocol.clock not in dev.clocks():
+        raise LetiError(f"--clock {protocol.clock}: {dev.id} times runs by {' or '.join(dev.clocks())} only; the "
+                        "CPU clock needs the local device on one thread (--threads 1)")
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
-from leti.campaign.measure import (Track, _protocol, bind_device, check_counts, check_pairable, finished,
+from leti.campaign.measure import (Track, _protocol, bind_device, check_counts, check_device, finished,
                                    tool_versions, work_folder)
 from leti.campaign.store import CampaignStore, ModelEntry, model_hash, path_error
 from leti.device.protocol import Protocol
@@ -160,7 +160,7 @@ def measure_models(paths: Sequence[str | os.PathLike], device: str, db: str | Pa
     dev = open_device(device, backend=backend, threads=threads, benchmark_binary=benchmark_binary, xnnpack=xnnpack,
                       **adb_kw)
     with dev, CampaignStore(db) as store:
-        check_pairable(dev, ref)
+        check_device(dev, protocol, ref)
         if store.cells():
             raise LetiError(f"{store.path} holds a campaign of NAS cells, not of model files; use another --db")
         stored = store.models()

@@ -83,6 +83,9 @@ def measure(
                                       "benchmark_model run with --enable_op_profiling=true (never the timed runs: "
                                       "the profiler slows them); its per-op times are stored, and `leti export` "
                                       "writes them as <out>.ops.parquet, a kernel table."),
+    clock: str = typer.Option("wall", "--clock", help="What runs are timed by: wall (default) or cpu, the "
+                              "measuring thread's CPU time, which other processes preempting it on a shared host "
+                              "cannot inflate (local device, --threads 1). Part of the campaign's protocol."),
     precision: Optional[str] = typer.Option(None, "--precision", help="Models' precision: fp32, int8, fp16 or "
                                             "dynamic (default: the table's, set by `leti generate --format "
                                             "tflite-int8` etc.). Part of the campaign's identity."),
@@ -98,6 +101,9 @@ def measure(
 
     Example (a shared or throttling host: pair every experiment with a reference cell):
     leti measure --device local --cells cells/cells.parquet --db local.sqlite --adaptive --reference auto
+
+    Example (a host shared with other busy processes: time runs by the thread's CPU time as well):
+    leti measure --device local --models zoo/ --db zoo.sqlite --adaptive --reference auto --clock cpu
 
     Example (a third pass on a finished campaign): rerun the same command with --passes 3
 
@@ -121,7 +127,7 @@ def measure(
     from leti.errors import LetiError
 
     protocol = dict(runs=runs, warmup=warmup, max_rel_std=max_rel_std, max_attempts=max_attempts,
-                    adaptive=adaptive, cooldown_above_c=cooldown_above)
+                    adaptive=adaptive, cooldown_above_c=cooldown_above, clock=clock)
     if (cells_path is None) == (not models):
         raise LetiError("give either --cells (a cell table) or --models (model files), not "
                         + ("both" if models else "neither"))
@@ -144,6 +150,9 @@ def measure(
         if op_profiling:
             raise LetiError("--op-profiling measures one adb phone (--device SERIAL), not a --cluster")
         from leti.cli.farm import measure_cluster
+
+        if clock != "wall":
+            raise LetiError(f"--clock {clock} times runs on this host; the devices of a --cluster use the wall clock")
 
         return measure_cluster(cluster, device, cells_path=cells_path, db=db, backend=backend, network=network,
                                protocol=protocol, passes=passes, seed=seed, threads=threads, xnnpack=xnnpack,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from leti.device.stats import NAN, Batch
+from leti.device.stats import CLOCKS, NAN, Batch
 from leti.errors import DeviceError
 
 
@@ -59,6 +60,31 @@ class Device(ABC):
         """Per-op times of ``model`` (:class:`~leti.device.op_profile.OpTime` rows) from one extra run under the
         runtime's op profiler, and that run's log. Devices without an op profiler return ``([], "")``."""
         return [], ""
+
+    #: what in-process timing reads (ns): the clock of the protocol being applied (:meth:`timing`)
+    clock_ns: Callable[[], int] = staticmethod(CLOCKS["wall"])
+
+    def clocks(self) -> tuple[str, ...]:
+        """The clocks (:data:`~leti.device.stats.CLOCKS`) this device can time runs with: wall time only,
+        unless the device runs a model entirely on the measuring thread."""
+        return ("wall",)
+
+    @contextmanager
+    def timing(self, clock: str) -> Iterator[None]:
+        """Time runs on ``clock`` while the context lasts (:func:`leti.device.protocol.measure` applies its
+        protocol's clock); a clock the device cannot honour raises :class:`DeviceError`."""
+        if clock not in self.clocks():
+            raise DeviceError(f"{self.id}: cannot time runs by the {clock!r} clock (it offers: "
+                              f"{', '.join(self.clocks())}); the CPU clock needs the local device on one thread")
+        saved = self.__dict__.get("clock_ns")
+        self.clock_ns = CLOCKS[clock]
+        try:
+            yield
+        finally:
+            if saved is None:
+                del self.clock_ns
+            else:
+                self.clock_ns = saved
 
     def info(self) -> dict:
         """Static facts about the device (model, SoC, cores, versions...)."""

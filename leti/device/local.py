@@ -113,12 +113,16 @@ class LocalDevice(Device):
         model = Path(model)
         _, before = self._load(model)
         init_mb = _rss_mb() - before
-        times = timed_ms(self.runner(model), runs, warmup)
+        times = timed_ms(self.runner(model), runs, warmup, clock=self.clock_ns)
         cov = self._coverage[model]
         return Batch.from_samples(times, delegation="xnnpack" if self.xnnpack else "cpu",
                                   mem_init_mb=init_mb, mem_overall_mb=_rss_mb() - before,
                                   delegate="XNNPACK" if self.xnnpack else "", delegated_nodes=cov.delegated_nodes,
                                   total_nodes=cov.total_nodes)
+
+    def clocks(self) -> tuple[str, ...]:
+        # one interpreter thread: XNNPACK and the builtin kernels run every op on the calling thread
+        return ("wall", "cpu") if self.threads == 1 else ("wall",)
 
     def release(self, model: Path) -> None:
         self._loaded.pop(Path(model), None)

@@ -23,7 +23,8 @@ moves a cell (randomised interleaved trials, as in Abedi & Brecht's cloud benchm
 The raw statistics of the model's own runs are kept beside the ratio. On a host shared by more busy
 processes than cores, a run longer than the scheduler's time slice is preempted and its elapsed time counts
 other processes' work (a 5 ms kernel read 17 ms at a load of 8 on 2 cores); ``Protocol(clock="cpu")`` times
-paired runs with the calling thread's CPU time instead, for devices that run the model in that thread.
+runs (paired or not) with the calling thread's CPU time instead, on devices that run the model in that thread
+(:meth:`Device.clocks`; :meth:`Device.timing` applies the clock).
 
 **Op profiling** (devices with ``op_profiling``, an adb phone's ``benchmark_model``): after the timed
 experiments, one more run of at most :data:`OP_PROFILE_RUNS` runs with the runtime's op profiler gives
@@ -45,11 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from leti.device.base import Device, Measurement, utc_now
-from leti.device.stats import Batch, ci_half_width, pool, t_quantile
-
-
-#: the clocks a paired experiment can time runs with
-CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
+from leti.device.stats import CLOCKS, Batch, ci_half_width, pool, t_quantile
 
 
 # ---- the protocol ------------------------------------------------------------------------------
@@ -68,9 +65,8 @@ class Protocol:
     #: Thermal care: cool down before a model while the device is hotter than this (°C); None = never.
     cooldown_above_c: float | None = None
     cooldown_timeout_s: float = 120.0
-    #: Paired measurement's clock: "wall" (elapsed time), or "cpu" (the calling thread's CPU time: a run
-    #: preempted by another process is not charged for the time it waited; valid for a device that runs
-    #: the model in the calling thread, e.g. local or engine with one thread).
+    #: What a run's time is read on (:data:`~leti.device.stats.CLOCKS`): ``wall``, or ``cpu`` — the measuring
+    #: thread's CPU time, which other processes preempting it on a shared host cannot inflate (local, 1 thread).
     clock: str = "wall"
 
     def __post_init__(self) -> None:
@@ -79,11 +75,12 @@ class Protocol:
         if not (0 < self.max_rel_std) or not (0 < self.ci_rel < 1) or not (0 < self.confidence < 1):
             raise ValueError("Protocol needs max_rel_std > 0 and ci_rel, confidence in (0, 1)")
         if self.clock not in CLOCKS:
-            raise ValueError(f"Protocol clock must be one of {', '.join(CLOCKS)}, not {self.clock!r}")
+            raise ValueError(f"unknown clock {self.clock!r}; known: {', '.join(CLOCKS)}")
 
     def to_dict(self) -> dict:
+        """The stored form; the wall clock is left out, so campaigns stored before clocks existed resume."""
         d = asdict(self)
-        if d["clock"] == "wall":  # the default: left out, so campaigns bound before the option still match
+        if d["clock"] == "wall":
             del d["clock"]
         return d
 
@@ -128,7 +125,7 @@ BLOCK_MS = 10.0
 
 
 def _paired_blocks(device: Device, model: Path, reference: Path, blocks: int, block_runs: int,
-                   warmup: int, clock_name: str = "wall") -> tuple[list[float], list[float], list[float]]:
+                   warmup: int) -> tuple[list[float], list[float], list[float]]:
     """Alternate ``blocks`` blocks of ``block_runs`` timed runs of model and reference.
 
     Returns the model's run times, the reference's, and the model's normalised samples, all in ms.
@@ -141,7 +138,7 @@ def _paired_blocks(device: Device, model: Path, reference: Path, blocks: int, bl
     for _ in range(warmup):
         a()
         r()
-    clock = CLOCKS[clock_name]
+    clock = device.clock_ns
     ta = np.empty((blocks, block_runs))
     tr = np.empty((blocks, block_runs))
     gc.collect()
@@ -174,8 +171,7 @@ def _experiment_paired(device: Device, model: Path, reference: Path, p: Protocol
     block_runs = int(min(50, max(2, round(BLOCK_MS / max(probe.median_ms, 1e-3)))))
     first = max(3, math.ceil(min(p.min_runs, p.runs) / block_runs))
     cap = max(first, math.ceil(p.runs / block_runs))
-    ta, tr, norm = _paired_blocks(device, model, reference, first if p.adaptive else cap, block_runs, p.warmup,
-                                  p.clock)
+    ta, tr, norm = _paired_blocks(device, model, reference, first if p.adaptive else cap, block_runs, p.warmup)
     while p.adaptive:
         s = Batch.from_samples(norm)
         if len(ta) >= p.runs or ci_half_width(s.n, s.std_ms, p.confidence) <= p.ci_rel * s.mean_ms:
@@ -185,8 +181,7 @@ def _experiment_paired(device: Device, model: Path, reference: Path, p: Protocol
         more = min(max(needed - s.n, 2 * block_runs), p.runs - len(ta))
         if more < block_runs:  # whole blocks only: the adaptive protocol never exceeds ``runs`` timed runs
             break
-        a2, r2, n2 = _paired_blocks(device, model, reference, more // block_runs, block_runs, min(p.warmup, 2),
-                                    p.clock)
+        a2, r2, n2 = _paired_blocks(device, model, reference, more // block_runs, block_runs, min(p.warmup, 2))
         ta, tr, norm = ta + a2, tr + r2, norm + n2
     return Batch.from_samples(ta, delegation=probe.delegation, mem_init_mb=probe.mem_init_mb,
                               mem_overall_mb=probe.mem_overall_mb, delegate=probe.delegate,
@@ -201,8 +196,11 @@ def measure(device: Device, model: Path | str, protocol: Protocol = Protocol(),
     adaptive stop apply to the normalised samples, and ``ref_ms``, ``ratio``, ``ratio_std`` are filled.
     """
     model = Path(model)
-    if protocol.clock != "wall" and reference is None:
-        raise ValueError("the CPU clock times paired measurements only (give a reference)")
+    with device.timing(protocol.clock):
+        return _measure(device, model, protocol, reference)
+
+
+def _measure(device: Device, model: Path, protocol: Protocol, reference: Path | str | None) -> Measurement:
     temp, cooled = cool_down(device, protocol.cooldown_above_c, protocol.cooldown_timeout_s)
     started = utc_now()
     logs: list[str] = []

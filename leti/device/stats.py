@@ -107,14 +107,20 @@ def ci_half_width(n: int, std: float, confidence: float = 0.95) -> float:
 
 
 
-def timed_ms(go: Callable[[], None], runs: int, warmup: int) -> np.ndarray:
-    """``warmup`` untimed calls of ``go``, then ``runs`` timed ones (ms each), with the garbage collector
-    paused so that no collection lands inside a timed run (as ``timeit`` does). Devices that can run a
-    loaded model in-process (:meth:`Device.runner`) time their plain experiments with it."""
+#: The clocks a run can be timed with (``Protocol.clock``): ``wall`` time, or ``cpu``, the CPU time of the
+#: measuring thread — what a run costs when other processes preempt it on a shared host (the time it
+#: waits for the CPU is not counted); meaningful only where the whole run executes on that thread.
+CLOCKS: dict[str, Callable[[], int]] = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
+
+
+def timed_ms(go: Callable[[], None], runs: int, warmup: int,
+             clock: Callable[[], int] = time.perf_counter_ns) -> np.ndarray:
+    """``warmup`` untimed calls of ``go``, then ``runs`` timed ones (ms each, read on ``clock``, in ns), with
+    the garbage collector paused so that no collection lands inside a timed run (as ``timeit`` does).
+    Devices that can run a loaded model in-process (:meth:`Device.runner`) time their plain experiments with it."""
     for _ in range(warmup):
         go()
     times = np.empty(runs, dtype=np.float64)
-    clock = time.perf_counter_ns
     gc.collect()
     gc.disable()
     try:

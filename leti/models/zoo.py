@@ -34,6 +34,7 @@ from leti.models import zoo_blocks as zb
 from leti.models import zoo_variants as zv
 
 CLASSES = 1000  # keras.applications' and the variants' heads; NB101 networks keep their 10
+BATCH = 1  # every zoo model has a static batch of one
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,11 @@ def build_zoo_model(entry: ZooEntry):
         kwargs = dict(entry.params)
         if "include_preprocessing" in inspect.signature(cls).parameters:
             kwargs["include_preprocessing"] = False  # no Rescaling/Normalization in front of the network
-        return cls(input_shape=(entry.input_res, entry.input_res, 3), weights=None, classes=CLASSES, **kwargs)
+        shape = (entry.input_res, entry.input_res, 3)
+        # batch 1, as deployed: with an unknown batch, every Reshape becomes a SHAPE/STRIDED_SLICE/PACK chain
+        # that XNNPACK leaves to TFLite's own kernels (an artifact of the export, not of the architecture)
+        return cls(input_shape=shape, input_tensor=keras.Input(shape, batch_size=BATCH), weights=None,
+                   classes=CLASSES, **kwargs)
     if entry.source == "leti":
         return zb.build_keras_net(entry.builder, entry.params, entry.input_res, entry.name)
     if entry.source == "nb101":
@@ -192,7 +197,8 @@ def build_zoo_model(entry: ZooEntry):
 
 def entry_config(entry: ZooEntry) -> str:
     """The entry's builder and parameters as one JSON string (the manifest's ``config``)."""
-    return json.dumps({"source": entry.source, "builder": entry.builder, "params": entry.params}, sort_keys=True)
+    return json.dumps({"source": entry.source, "builder": entry.builder, "params": entry.params, "batch": BATCH},
+                      sort_keys=True)
 
 
 # ---- writing -------------------------------------------------------------------------------------

@@ -145,3 +145,34 @@ def test_paired_model_campaign_stores_ratios_and_the_datasheet_names_the_referen
     assert code != 0 and err.startswith("error: ") and err.count("\n") == 1 and "reference" in err, err
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 6
+
+
+def test_cpu_clock_campaign_records_its_clock_and_refuses_what_it_cannot_honour(sized, tmp_path, capsys):
+    import json
+
+    db = tmp_path / "cpu.sqlite"
+    for args, msg in [
+        (("--clock", "sundial"), "unknown clock 'sundial'; known: wall, cpu"),
+        (("--clock", "cpu", "--threads", "2"), "--clock cpu: local times runs by wall only"),
+    ]:
+        code, out, err = run_leti(capsys, "measure", "--models", sized, "--device", "local", "--db", db, *args, *FAST)
+        assert code != 0 and err.startswith("error: ") and err.count("\n") == 1 and msg in err, (args, err)
+        if db.exists():
+            with sqlite3.connect(db) as c:
+                assert c.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 0
+    code, out, err = run_leti(capsys, "measure", "--cells", tmp_path / "cells.parquet", "--cluster", "auto",
+                              "--device", "all", "--db", db, "--clock", "cpu")
+    assert code != 0 and err.count("\n") == 1 and "the devices of a --cluster use the wall clock" in err, err
+    code, out, err = run_leti(capsys, "measure", "--models", sized, "--device", "local", "--db", db,
+                              "--clock", "cpu", "--reference", "auto", *FAST)
+    assert code == 0 and "measured 6, failed 0" in out, err
+    data = tmp_path / "cpu.parquet"
+    assert run_leti(capsys, "export", "--db", db, "--out", data, "--max-pass-spread", 100)[0] == 0
+    assert json.loads((tmp_path / "cpu.device.json").read_text())["protocol"]["clock"] == "cpu"
+    assert (pd.read_parquet(data)["corrected_ms"] > 0).all()
+    # the clock is part of the campaign's protocol: resuming it on the wall clock is refused, rows kept
+    code, out, err = run_leti(capsys, "measure", "--models", sized, "--device", "local", "--db", db,
+                              "--reference", "auto", *FAST)
+    assert code != 0 and err.count("\n") == 1 and "protocol" in err, err
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 6

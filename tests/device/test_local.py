@@ -43,3 +43,33 @@ def test_broken_and_missing_models_raise_one_line(tmp_path):
     assert "\n" not in str(e.value)
     with pytest.raises(CorruptModelError, match="not found"):
         LocalDevice().run(tmp_path / "missing.tflite", 5, 0)
+
+
+def test_cpu_clock_leaves_out_the_time_a_run_waits():
+    """The CPU clock counts what the measuring thread runs, not the time it waits (a preempted run)."""
+    import time
+
+    from leti.device.stats import CLOCKS, timed_ms
+
+    def nap():
+        time.sleep(0.02)
+
+    assert timed_ms(nap, 3, 0).min() >= 19.0
+    assert timed_ms(nap, 3, 0, clock=CLOCKS["cpu"]).max() < 5.0
+
+
+def test_local_device_times_by_the_protocols_clock_and_restores_it(tiny_models):
+    import time
+
+    from leti.errors import DeviceError
+
+    dev = LocalDevice(threads=1)
+    cpu = measure(dev, tiny_models[-1], Protocol(runs=30, warmup=3, max_rel_std=10, clock="cpu"),
+                  reference=tiny_models[0])
+    assert dev.clock_ns is time.perf_counter_ns  # back on the wall clock after the measurement
+    wall = measure(dev, tiny_models[-1], Protocol(runs=30, warmup=3, max_rel_std=10), reference=tiny_models[0])
+    assert cpu.ratio > 1.5 and wall.ratio > 1.5 and 0 < cpu.min_ms <= cpu.median_ms
+    with dev.timing("cpu"):
+        assert dev.clock_ns is time.thread_time_ns
+    with pytest.raises(DeviceError, match="cannot time runs by the 'cpu' clock"):
+        measure(LocalDevice(threads=2), tiny_models[0], Protocol(runs=5, warmup=1, clock="cpu"))

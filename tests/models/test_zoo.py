@@ -91,6 +91,10 @@ def test_write_zoo_converts_engine_imports_and_writes_the_manifest(written):
         path = out / f"{e.name}.tflite"
         assert path.is_file() and r["model"] == path.name and r["params"] > 0 and r["flops"] == 2 * r["macs"] > 0
         assert load_model(path).nodes  # the engine IR holds the model
+    from leti.models.tflite import op_histogram, read_ops
+
+    app = out / f"{pick[0].name}.tflite"  # static batch 1: no SHAPE/PACK chain around its Reshape
+    assert "SHAPE" not in op_histogram(app) and read_ops(app)[0].inputs[0].shape[0] == 1
     variant = pick[1]  # our own builder: the count made before building is what the converted model computes
     assert tflite_macs(out / f"{variant.name}.tflite") == zoo_blocks.count_macs(variant.builder, variant.params,
                                                                                  variant.input_res)

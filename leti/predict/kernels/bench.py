@@ -85,7 +85,7 @@ class KernelBench:
 
     def use(self, protocol: Protocol) -> None:
         """Measure with ``protocol`` from now on (its CPU clock only where one thread runs the model)."""
-        if protocol.clock == "cpu" and getattr(self.device, "threads", 1) != 1:
+        if protocol.clock not in self.device.clocks():
             protocol = replace(protocol, clock="wall")  # other threads' work is not in the calling thread's time
         self.protocol = protocol
 
