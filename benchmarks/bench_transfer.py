@@ -93,6 +93,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="HELP split at N = 10 only, transfer-ridge (and --predictors) only: minutes, to iterate")
     ap.add_argument("--predictors", default="transfer-ridge", help="with --quick: the predictors compared")
+    ap.add_argument("--quick-loso", action="store_true",
+                    help="with --parts loso: only the default against the previous round's variants (T = 2)")
     ap.add_argument("--sizes", default="5,10,20,50,100", help="with --parts curve: the train sizes")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "transfer.json")
     args = ap.parse_args()
@@ -188,7 +190,13 @@ def main() -> None:
     def loso():
         # the choice of transfer-ridge's temper, made on sources only: each source of a target in turn is the
         # pseudo-target of the other three; a target's row averages the tasks that leave it out entirely
-        configs = {"additive only": {"variants": "additive"}, **{f"all, T = {t:g}": {"temper": t} for t in (1, 2, 4)}}
+        from leti.predict.transfer.ridge import PREVIOUS
+
+        configs = {"additive only": {"variants": "additive"},
+                   **{f"prev, T = {t:g}": {"variants": PREVIOUS, "temper": t} for t in (1, 2, 4)},
+                   **{f"all, T = {t:g}": {"temper": t} for t in (1, 2, 4)}}
+        if args.quick_loso:
+            configs = {k: v for k, v in configs.items() if k in ("prev, T = 2", "all, T = 2")}
         score = {}
         for pseudo in devices:
             for out in devices:

@@ -200,7 +200,9 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
     else:
         raise CorruptModelError(f"{folder} is not a kernel-level predictor (fit one with leti fit --kernels)")
     try:
-        reg = KernelRegressors.from_state(m["kernels"], folder)
+        from leti.predict.kernels.adapt import regressors_from_state
+
+        reg = regressors_from_state(m["kernels"], folder)
         o = m["overhead"]
         overhead = Overhead(list(o["terms"]), list(o["coef"]), float(o["resid_std"]), int(o["n_models"]))
         rules = FusionRules.from_dict(m["fusion_rules"]) if "fusion_rules" in m else None

@@ -40,7 +40,10 @@ from leti.spaces.search_space import CellTable
 #: millisecond-space model of :mod:`.additive`
 VARIANTS = (("src-iso", True, False, "iso"), ("src-ard", True, False, "ard"), ("arch-iso", False, False, "iso"),
             ("arch-ard", False, False, "ard"), ("counts", False, True, None), ("counts-arch", False, True, "iso"),
-            ("src-counts-arch", True, True, "iso"), ("additive", False, False, "iso"), ("additive-src", False, False, None))
+            ("src-counts-arch", True, True, "iso"), ("additive", False, False, "iso"), ("additive-src", False, False, None),
+            ("additive-each", False, False, "iso"))
+#: the variants of the previous round (before ``additive-each``), for the leave-one-source-out comparison
+PREVIOUS = ",".join(v[0] for v in VARIANTS[:-1])
 
 TEMPER = 2.0  # evidence weights ∝ exp(-nll / TEMPER): ten samples' evidence is overconfident between variants
 
@@ -102,6 +105,12 @@ class TransferRidge(TransferPredictor):
         self.models_ = []
         inputs = self._inputs(table)
         for name, use_sources, counts, arch in self._chosen():
+            if name == "additive-each":  # one model per source, centred on its cost vector
+                for k, dev in enumerate(src.devices):
+                    x, sizes = self._additive_design(inputs, True, k)
+                    self.models_.append({"name": f"additive@{dev}", "sources": False, "counts": False, "arch": arch,
+                                         "centre": k, **additive.fit(x, sizes, y)})
+                continue
             if name.startswith("additive"):
                 x, sizes = self._additive_design(inputs, arch is not None)
                 m = additive.fit(x, sizes, y)
@@ -113,13 +122,15 @@ class TransferRidge(TransferPredictor):
         w = np.exp(-(nll - nll.min()) / self.temper)
         self.weights_ = w / w.sum()
 
-    def _additive_design(self, inputs: tuple[np.ndarray, np.ndarray], own: bool) -> tuple[np.ndarray, list[int]]:
-        return additive.design(inputs[1][:, self.add_cols_], self.add_costs_, own)
+    def _additive_design(self, inputs: tuple[np.ndarray, np.ndarray], own: bool,
+                         centre: int | None = None) -> tuple[np.ndarray, list[int]]:
+        return additive.design(inputs[1][:, self.add_cols_], self.add_costs_, own, centre)
 
     def _model_pred(self, inputs: tuple[np.ndarray, np.ndarray], m: dict) -> tuple[np.ndarray, np.ndarray]:
         """One model's log-latency mean (centred on ``y_mean_``) and variance."""
         if str(m.get("name", "")).startswith("additive"):
-            x, _ = self._additive_design(inputs, m["arch"] is not None)
+            centre = m.get("centre")
+            x, _ = self._additive_design(inputs, m["arch"] is not None, None if centre is None else int(centre))
             mu, sd = additive.log_predict(x, m)
             return mu - self.y_mean_, sd ** 2
         x, _ = self._design(inputs, m["sources"], m["counts"], m["arch"])
