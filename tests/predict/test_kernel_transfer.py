@@ -1,9 +1,6 @@
 """Kernel-level transfer (issue 17): a known phone's kernel predictor adapted to another from a few models."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,16 +11,9 @@ from leti.cli import app
 from leti.predict.kernels import fit_kernel_predictor, load_kernel_predictor, read_kernel_table, read_model_latency
 from leti.predict.kernels.adapt import AdaptedKernels
 from leti.predict.kernels.adapt_fit import adapt_kernel_predictor
+from tests.predict.test_kernels import E2E, FAST, OPS, leti
 
-ROOT = Path(__file__).resolve().parents[2]
-OPS = ROOT / "datasets" / "qed_tflite_cnn_ops_gpu.parquet"
-E2E = ROOT / "datasets" / "qed_tflite_cnn_e2e.parquet"
-FAST = {"n_members": 2, "n_estimators": 40, "max_depth": 4}
 runner = CliRunner()
-
-
-def leti(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "leti", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")

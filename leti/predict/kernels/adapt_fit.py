@@ -16,8 +16,7 @@ import pandas as pd
 
 from leti.errors import DatasetError
 from leti.predict.kernels.adapt import AdaptedKernels
-from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, model_aggregates
-from leti.predict.kernels.schema import check_latency
+from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, model_aggregates, table_identity
 
 
 def overhead_scale(base: Overhead, agg: pd.DataFrame, e2e_ms: np.ndarray) -> tuple[float, float]:
@@ -39,14 +38,7 @@ def adapt_kernel_predictor(source: KernelLatencyPredictor, table: pd.DataFrame, 
                            where: str = "kernels") -> KernelLatencyPredictor:
     """``source`` (device A) adapted to the device of ``table`` (B's measured kernels, one device, same runtime
     and precision); ``e2e`` (``model, latency_ms``) rescales or refits the overhead on B's models."""
-    check_latency(table, where)
-    ident = {}
-    for col in ("device", "runtime", "precision"):
-        vals = sorted(set(table[col].astype(str)))
-        if len(vals) > 1:
-            hint = " (choose one with --device)" if col == "device" else ""
-            raise DatasetError(f"{where}: kernels of several {col}s ({', '.join(vals)}); a predictor describes one{hint}")
-        ident[col] = vals[0]
+    ident = table_identity(table, where)
     src = f"the source predictor {source.source}" if source.source else "the source predictor"
     if ident["device"] == source.device:
         raise DatasetError(f"{where}: the kernels are of device {ident['device']!r}, the device {src} already "

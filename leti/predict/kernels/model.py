@@ -215,10 +215,9 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
     return pred
 
 
-def fit_kernel_predictor(table: pd.DataFrame, e2e: pd.DataFrame | None = None, where: str = "kernels",
-                         rules: FusionRules | None = None, **params) -> KernelLatencyPredictor:
-    """Fit on a kernel table of one device/runtime/precision; ``e2e`` (``model, latency_ms``) fits the
-    overhead on the models it shares with the table (else latency = sum of kernels)."""
+def table_identity(table: pd.DataFrame, where: str) -> dict[str, str]:
+    """The one device, runtime and precision of a measured kernel table (latencies checked), or a
+    :class:`DatasetError` when it holds several."""
     check_latency(table, where)
     ident = {}
     for col in ("device", "runtime", "precision"):
@@ -228,6 +227,14 @@ def fit_kernel_predictor(table: pd.DataFrame, e2e: pd.DataFrame | None = None, w
             raise DatasetError(f"{where}: kernels of several {col}s ({', '.join(vals)}); "
                                f"a predictor describes one{hint}")
         ident[col] = vals[0]
+    return ident
+
+
+def fit_kernel_predictor(table: pd.DataFrame, e2e: pd.DataFrame | None = None, where: str = "kernels",
+                         rules: FusionRules | None = None, **params) -> KernelLatencyPredictor:
+    """Fit on a kernel table of one device/runtime/precision; ``e2e`` (``model, latency_ms``) fits the
+    overhead on the models it shares with the table (else latency = sum of kernels)."""
+    ident = table_identity(table, where)
     reg = KernelRegressors(**params).fit(table)
     overhead = Overhead()
     if e2e is not None:
