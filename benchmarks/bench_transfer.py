@@ -15,8 +15,10 @@ devices, and chosen-vs-random cells.
   N = 10, 20, 50, against from-scratch predictors on the same int8 cells.
 * ``curve``: Spearman and Acc@10 against N = 5 … 100 on every NB201 device (the notebook
   ``notebooks/05_transfer.ipynb`` plots it).
-* ``loso``: how ``transfer-ridge``'s evidence temper was chosen without the targets — every source of a
-  target in turn is the target of the other three.
+* ``loso``: how ``transfer-ridge``'s evidence temper (and ``additive-each``) were chosen without the targets —
+  every source of a target in turn is the target of the other three (``--quick-loso``: T = 2 only).
+* ``n1000``: 1,000 target cells — LETI's single-device best per device against ``transfer-boost`` on the same
+  family and against the raw source latencies as columns (Spearman, Acc@10, which columns were kept per seed).
 
 Every part run is written (merged with the parts already there) to ``--json``
 (``benchmarks/results/transfer.json``): ``{part: {target: {predictor: {N: {mean, std}}}}}`` plus how it

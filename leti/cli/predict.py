@@ -281,7 +281,7 @@ def _adapt_kernels(kernels: Path, out: Path, source: Path, device: str | None, e
         pred = adapt_kernels_file(kernels, out, source, device, e2e)
         bar.advance(task)
     src_device, models, rows = pred.adapted_from
-    typer.echo(f"wrote kernel-level predictor for {pred.describes} to {out}: {src_device!r}'s regressors adapted "
+    typer.echo(f"wrote kernel-level predictor for {pred.describes} to {out}: the regressors of {src_device!r} adapted "
                f"with {rows} kernels of {models} models; {pred.overhead_note}")
 
 

@@ -236,6 +236,6 @@ def test_refuses_different_models_naming_both(files, tmp_path):
 
 
 def test_registry_lists_transfer_predictors():
-    assert set(TRANSFER.names()) == {"transfer-ridge", "transfer-help"}
+    assert set(TRANSFER.names()) == {"transfer-ridge", "transfer-help", "transfer-boost"}
     with pytest.raises(Exception, match="needs source devices"):
         make_predictor("transfer-ridge").fit(["|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"], [1.0])

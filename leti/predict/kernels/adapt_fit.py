@@ -49,7 +49,7 @@ def adapt_kernel_predictor(source: KernelLatencyPredictor, table: pd.DataFrame, 
             raise DatasetError(f"{where}: kernels of {col} {ident[col]!r}, but {src} describes {source.describes}; "
                                f"kernel transfer needs both of one {col}")
     reg = AdaptedKernels(source.regressors, source.device).fit(table)
-    overhead, note = source.overhead, f"overhead: {source.device!r}'s as is (no end-to-end latency of these models)"
+    overhead, note = source.overhead, f"overhead: that of {source.device!r} as is (no end-to-end latency of these models)"
     if e2e is not None:
         e2e = e2e[e2e.device.isin([ident["device"], ""])] if "device" in e2e else e2e
         lat = e2e.groupby("model")["latency_ms"].mean()
@@ -63,7 +63,7 @@ def adapt_kernel_predictor(source: KernelLatencyPredictor, table: pd.DataFrame, 
             else:
                 overhead = scaled_overhead(source.overhead, agg, y)
                 r = overhead_scale(source.overhead, agg, y)[0]
-                note = f"overhead: {source.device!r}'s scaled by {r:.3f} ({len(shared)} models with an end-to-end latency)"
+                note = f"overhead: that of {source.device!r} scaled by {r:.3f} ({len(shared)} models with an end-to-end latency)"
     pred = KernelLatencyPredictor(reg, overhead, ident["device"], ident["runtime"], ident["precision"], source.rules)
     pred.overhead_note = note
     return pred
