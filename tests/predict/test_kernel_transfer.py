@@ -116,3 +116,17 @@ def test_cli_kernel_transfer_refusals_are_one_line(split, tmp_path):
         "--kernels", str(tmp_path / "two.parquet"), "--transfer-from-predictor", str(tmp_path / "a"),
         "--out", str(tmp_path / "q"))
     assert not (tmp_path / "q").exists()
+
+
+def test_overhead_fitted_afresh_with_enough_models_and_source_kept_without_e2e(split):
+    source, few, test, lat = split
+    b = read_kernel_table(OPS, "iphonexs")
+    many = b[~b.model.isin(set(test.model))]
+    many = many[many.model.isin(sorted(set(many.model))[:14])]
+    assert many.model.nunique() >= many.kernel_type.nunique() + 4
+    adapted = adapt_kernel_predictor(source, many, lat, "iphonexs")
+    assert adapted.overhead_note == f"overhead fitted on {many.model.nunique()} models"
+    assert adapted.overhead.n_models == many.model.nunique() and adapted.overhead.coef != source.overhead.coef
+    bare = adapt_kernel_predictor(source, few, None, "iphonexs")
+    assert bare.overhead is source.overhead and "as is" in bare.overhead_note
+
