@@ -13,6 +13,17 @@ only), then predicts the held-out models' ops and end-to-end latencies. Printed 
 
     PYTHONPATH=. python benchmarks/bench_kernels_qed.py [--folds 10] [--family xgboost] [--no-base]
 
+``--transfer 2,5,10`` (issue 17, kernel-level transfer, LitePred's idea) runs instead, in both directions
+(pixel4 -> iphonexs and back) and on the same folds: the source device's predictor fitted on its training
+models, adapted to the target with the kernels (and end-to-end latencies) of k of the target's training models
+(:mod:`leti.predict.kernels.adapt`, the overhead scaled by :mod:`leti.predict.kernels.adapt_fit`), against
+the target from scratch on the same k models (overhead: their geometric-mean e2e / kernel-sum ratio) and the
+target fitted on all its training models; end-to-end Acc@10 / Acc@5 / RMSPE on the fold's held-out models.
+Measured (``--transfer 2,5,10 --members 3``, 709 s; e2e Acc@10 %, transfer / scratch with k models, all 92):
+
+    pixel4 -> iphonexs   k=2 44.1 / 29.4   k=5 59.8 / 30.4   k=10 59.8 / 32.4   all 93.1   (pixel4's as is 2.0)
+    iphonexs -> pixel4   k=2 51.0 / 25.5   k=5 70.6 / 37.3   k=10 74.5 / 33.3   all 95.1   (iphonexs's as is 1.0)
+
 Measured (defaults: 10 folds, xgboost 5 members x 300 trees depth 5, log-linear base; 242 s on 2 busy cores):
 
     device    per-op Acc@10/@5   e2e LETI Acc@10/@5 (RMSPE)   e2e sum only   e2e FLOPs-only   in 90% interval
@@ -94,6 +105,54 @@ def run_device(dev: str, args) -> dict:
             "ratio": float(np.median(df.y / df["sum"]))}
 
 
+def e2e_scores(pred, ops, lat, test) -> list[tuple[float, float]]:
+    """(measured, predicted) end-to-end ms of the test models."""
+    return [(lat[r.model], r.latency_ms) for r in pred.predict_models(ops[ops.model.isin(test)], allow_unknown=True)]
+
+
+def run_transfer(args) -> dict:
+    from leti.predict.kernels.adapt_fit import adapt_kernel_predictor, scaled_overhead
+
+    ks = [int(k) for k in args.transfer.split(",")]
+    devs = args.devices.split(",")
+    ops = {d: read_kernel_table(args.ops, d) for d in devs}
+    e2e = {d: read_model_latency(args.e2e, d) for d in devs}
+    lat = {d: e2e[d].groupby("model")["latency_ms"].mean() for d in devs}
+    models = np.array(sorted(set.intersection(*[set(ops[d].model) & set(lat[d].index) for d in devs])))
+    params = {"family": args.family, "n_members": args.members, "n_estimators": args.trees,
+              "max_depth": args.depth, "base": not args.no_base, "n_jobs": args.jobs}
+    pairs = {(a, b): {**{f"transfer k={k}": [] for k in ks}, **{f"scratch k={k}": [] for k in ks}, "all": [],
+                      "source as is": []} for a in devs for b in devs if a != b}
+    for f, test in enumerate(folds_of(models, args.folds, args.seed)):
+        train = np.setdiff1d(models, test)
+        full = {d: fit_kernel_predictor(ops[d][ops[d].model.isin(train)], e2e[d][e2e[d].model.isin(train)],
+                                        where=d, **params) for d in devs}
+        for (a, b), res in pairs.items():
+            res["all"] += e2e_scores(full[b], ops[b], lat[b], test)
+            res["source as is"] += e2e_scores(full[a], ops[b].assign(device=a), lat[b], test)
+            order = np.random.default_rng(args.seed + 100 * f).permutation(train)
+            for k in ks:
+                few = order[:k]
+                rows = ops[b][ops[b].model.isin(few)]
+                adapted = adapt_kernel_predictor(full[a], rows, e2e[b][e2e[b].model.isin(few)], where=b)
+                res[f"transfer k={k}"] += e2e_scores(adapted, ops[b], lat[b], test)
+                scratch = fit_kernel_predictor(rows, where=b, **params)
+                agg = model_aggregates(rows, scratch.regressors.predict(rows)[0])
+                scratch.overhead = scaled_overhead(Overhead(), agg, lat[b].loc[agg.index].to_numpy())
+                res[f"scratch k={k}"] += e2e_scores(scratch, ops[b], lat[b], test)
+        print(f"fold {f + 1}/{args.folds} done ({time.time() - T0:.0f} s)", flush=True)
+    out = {}
+    for (a, b), res in pairs.items():
+        out[f"{a} -> {b}"] = {}
+        for what, pairs_ in res.items():
+            y, p = np.array(pairs_).T
+            out[f"{a} -> {b}"][what] = {**scores(y, p), "models": len(y)}
+    return out
+
+
+T0 = time.time()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ops", type=Path, default=OPS)
@@ -108,8 +167,21 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--no-base", action="store_true", help="no log-linear base under the boosting")
     ap.add_argument("--oof", type=int, default=0, help="fit the overhead on K-fold out-of-fold kernel predictions")
+    ap.add_argument("--transfer", default="", help="kernel-level transfer with these numbers of target models, "
+                    "e.g. 2,5,10 (both directions between --devices)")
     args = ap.parse_args()
     t0 = time.time()
+    if args.transfer:
+        out = run_transfer(args)
+        print(f"QED TFLite GPU kernel transfer, {args.folds} folds of whole models (seed {args.seed}); family "
+              f"{args.family}, {args.members} members x {args.trees} trees, depth {args.depth}; e2e on held-out models")
+        print("| source -> target | predictor of the target | e2e Acc@10 % | Acc@5 % | RMSPE % |")
+        print("|---|---|---:|---:|---:|")
+        for pair, res in out.items():
+            for what, s in res.items():
+                print(f"| {pair} | {what} | {s['acc10']:.1f} | {s['acc5']:.1f} | {s['rmspe']:.1f} |")
+        print(f"total {time.time() - t0:.0f} s")
+        return
     out = {d: run_device(d, args) for d in args.devices.split(",")}
     print(f"QED TFLite GPU, leave-whole-models-out {args.folds}-fold CV (seed {args.seed}); family {args.family}, "
           f"{args.members} members x {args.trees} trees, depth {args.depth}, base {not args.no_base}, oof {args.oof}")

@@ -15,8 +15,10 @@ devices, and chosen-vs-random cells.
   N = 10, 20, 50, against from-scratch predictors on the same int8 cells.
 * ``curve``: Spearman and Acc@10 against N = 5 … 100 on every NB201 device (the notebook
   ``notebooks/05_transfer.ipynb`` plots it).
-* ``loso``: how ``transfer-ridge``'s evidence temper was chosen without the targets — every source of a
-  target in turn is the target of the other three.
+* ``loso``: how ``transfer-ridge``'s evidence temper (and ``additive-each``) were chosen without the targets —
+  every source of a target in turn is the target of the other three (``--quick-loso``: T = 2 only).
+* ``n1000``: 1,000 target cells — LETI's single-device best per device against ``transfer-boost`` on the same
+  family and against the raw source latencies as columns (Spearman, Acc@10, which columns were kept per seed).
 
 Every part run is written (merged with the parts already there) to ``--json``
 (``benchmarks/results/transfer.json``): ``{part: {target: {predictor: {N: {mean, std}}}}}`` plus how it
@@ -44,6 +46,9 @@ DS = ROOT / "datasets"
 HELP = {"pixel2": 0.802, "raspi4": 0.890, "gold_6226": 0.989, "eyeriss": 0.940}
 TRANSFER = ("transfer-ridge", "transfer-help")
 SCRATCH = ("ransac", "catboost-rich")
+#: LETI's single-device best on 1,000 NB201 cells per device (README: benchmarks/bench_predict_accuracy.py)
+SINGLE_BEST = {"pixel2": "catboost-bag-cal", "raspi4": "xgboost-rich", "titan_rtx_1": "catboost-bag-cal",
+               "gold_6226": "catboost-bag-cal", "eyeriss": "catboost-bag-cal"}
 
 
 def summary(res, sizes, specs) -> dict:
@@ -88,11 +93,13 @@ def loo(nb201, dev):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--parts", default="help,nb101,int8,choose", help="help, full, nb101, int8, choose, curve, loso")
+    ap.add_argument("--parts", default="help,nb101,int8,choose", help="help, full, n1000, nb101, int8, choose, curve, loso")
     ap.add_argument("--devices", default="pixel2,raspi4,titan_rtx_1,gold_6226,eyeriss")
     ap.add_argument("--quick", action="store_true",
                     help="HELP split at N = 10 only, transfer-ridge (and --predictors) only: minutes, to iterate")
     ap.add_argument("--predictors", default="transfer-ridge", help="with --quick: the predictors compared")
+    ap.add_argument("--quick-loso", action="store_true",
+                    help="with --parts loso: only the default against the previous round's variants (T = 2)")
     ap.add_argument("--sizes", default="5,10,20,50,100", help="with --parts curve: the train sizes")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "transfer.json")
     args = ap.parse_args()
@@ -136,6 +143,51 @@ def main() -> None:
             res = evaluate_transfer(loo(nb201, dev), fspecs, (1000,), seeds)
             rows(res, (1000,), fspecs)
             out.update(summary(res, (1000,), fspecs))
+        return out
+
+    def n1000():
+        # same-space accuracy with sources (issue 17): LETI's single-device best on 1,000 target cells against
+        # transfer-boost on the same family (the sources' op-cost predictions as extra columns, kept or not by
+        # out-of-sample error on the training cells) and against the raw source latencies as extra columns
+        from leti.predict.base import make_predictor
+        from leti.predict.evaluate import family_of
+        from leti.predict.features import features
+        from leti.predict.metrics import acc_at, spearman
+        from leti.predict.transfer import make_transfer
+
+        print(f"\n## NB201, 1,000 target cells: LETI's single-device best vs with the sources, seeds {seeds}\n"
+              f"{'target':12s} {'predictor':30s} {'Spearman':>17s}   {'Acc@10%':>11s}  kept by transfer-boost")
+        out = {}
+        for dev in devices:
+            d, src = nb201[dev], loo(nb201, dev).sources
+            spec = SINGLE_BEST[dev]
+            family, params = family_of(spec)
+            params = {"features": "rich", **params}
+            rich = features(d.cells, "rich")
+            raw = np.concatenate([rich, src.lookup(cell_keys(d.cells))], 1)
+            y = d.latency_ms
+            res = {f"{spec} (single device)": [], f"transfer-boost ({spec})": [], "raw source latencies as columns": []}
+            kept = []
+            for seed in seeds:
+                order = np.random.default_rng(seed).permutation(len(y))
+                tr, te = order[:1000], order[1000:]
+                preds = {}
+                for what, x in ((f"{spec} (single device)", rich), ("raw source latencies as columns", raw)):
+                    m = make_predictor(family, **{**params, "random_state": seed}).fit_features(x[tr], y[tr])
+                    preds[what] = m.predict_features(x[te])
+                tb = make_transfer("transfer-boost", base=spec, random_state=seed).fit(d.cells.take(tr), y[tr], src)
+                preds[f"transfer-boost ({spec})"] = tb.predict(d.cells.take(te))
+                kept.append(tb.chosen_)
+                for what, p in preds.items():
+                    res[what].append({"acc@10%": acc_at(y[te], p), "spearman": spearman(y[te], p)})
+            out[dev] = {"kept": kept}
+            for what, r in res.items():
+                mean = {k: float(np.mean([v[k] for v in r])) for k in r[0]}
+                std = {k: float(np.std([v[k] for v in r])) for k in r[0]}
+                out[dev][what] = {"mean": mean, "std": std, "seeds": r}
+                print(f"{dev:12s} {what:30s} {mean['spearman']:.4f} ± {std['spearman']:.4f}   "
+                      f"{100 * mean['acc@10%']:5.1f} ± {100 * std['acc@10%']:4.1f}  "
+                      f"{', '.join(kept) if what.startswith('transfer') else ''}", flush=True)
         return out
 
     def nb101():
@@ -188,7 +240,13 @@ def main() -> None:
     def loso():
         # the choice of transfer-ridge's temper, made on sources only: each source of a target in turn is the
         # pseudo-target of the other three; a target's row averages the tasks that leave it out entirely
-        configs = {"additive only": {"variants": "additive"}, **{f"all, T = {t:g}": {"temper": t} for t in (1, 2, 4)}}
+        from leti.predict.transfer.ridge import PREVIOUS
+
+        configs = {"additive only": {"variants": "additive"},
+                   **{f"prev, T = {t:g}": {"variants": PREVIOUS, "temper": t} for t in (1, 2, 4)},
+                   **{f"all, T = {t:g}": {"temper": t} for t in (1, 2, 4)}}
+        if args.quick_loso:
+            configs = {k: v for k, v in configs.items() if k in ("prev, T = 2", "all, T = 2")}
         score = {}
         for pseudo in devices:
             for out in devices:
@@ -210,7 +268,7 @@ def main() -> None:
 
     if args.quick:
         parts = ["quick"]
-    for name, fn in (("quick", quick), ("help", help_split), ("full", full), ("nb101", nb101), ("int8", int8),
+    for name, fn in (("quick", quick), ("help", help_split), ("full", full), ("n1000", n1000), ("nb101", nb101), ("int8", int8),
                      ("choose", chosen), ("curve", curve), ("loso", loso)):
         part(name, fn)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s, load average {os.getloadavg()}")

@@ -128,6 +128,9 @@ def fit_cmd(
                                         "per-op one): fit a kernel-level predictor instead of a cell predictor."),
     e2e: Path | None = typer.Option(None, "--e2e", help="With --kernels: end-to-end latencies per model "
                                     "(model, device, latency_ms, or QED's e2e table) to learn the per-model overhead."),
+    transfer_from_predictor: Path | None = typer.Option(
+        None, "--transfer-from-predictor", help="With --kernels: a kernel-level predictor of another device "
+        "(leti fit --kernels) to adapt to the --kernels device from its few models' kernels."),
 ) -> None:
     """Fit a predictor on a dataset and save it (no pickle: a folder with a JSON manifest).
 
@@ -135,11 +138,22 @@ def fit_cmd(
 
     Kernel level: leti fit --kernels datasets/qed_tflite_cnn_ops_gpu.parquet --device pixel4
     --e2e datasets/qed_tflite_cnn_e2e.parquet --out models/pixel4-gpu
+
+    Kernel-level transfer: leti fit --kernels few_models_ops.parquet --device iphonexs
+    --transfer-from-predictor models/pixel4-gpu [--e2e e2e.parquet] --out models/iphonexs-gpu
     """
     import numpy as np
 
     from leti.cli import output_folder
 
+    if transfer_from_predictor is not None:
+        if kernels is None:
+            raise LetiError("--transfer-from-predictor needs --kernels (the new device's measured kernels)")
+        if param:
+            raise LetiError("--param does not apply with --transfer-from-predictor: the kernel regressors are the "
+                            "source predictor's, only their correction is fitted")
+        _adapt_kernels(kernels, out, transfer_from_predictor, device, e2e)
+        return
     if kernels is not None:
         _fit_kernels(kernels, out, device, e2e, _params(param))
         return
@@ -257,6 +271,18 @@ def _fit_kernels(kernels: Path, out: Path, device: str | None, e2e: Path | None,
     if getattr(pred, "left_out_rows", 0):
         typer.echo(f"left out {pred.left_out_rows} rows of {kernels.name} marked usable = false (op rows without "
                    "shapes or below the profiler's resolution)")
+
+
+def _adapt_kernels(kernels: Path, out: Path, source: Path, device: str | None, e2e: Path | None) -> None:
+    from leti.predict.kernels.files import adapt_kernels_file
+
+    with progress() as bar:
+        task = bar.add_task(f"adapt {source} to the kernels of {kernels.name}", total=1)
+        pred = adapt_kernels_file(kernels, out, source, device, e2e)
+        bar.advance(task)
+    src_device, models, rows = pred.adapted_from
+    typer.echo(f"wrote kernel-level predictor for {pred.describes} to {out}: the regressors of {src_device!r} adapted "
+               f"with {rows} kernels of {models} models; {pred.overhead_note}")
 
 
 def _predict_kernels(kernels: Path, predictor: Path, out: Path | None, allow_unknown: bool) -> None:

@@ -60,6 +60,7 @@ FAMILIES: Registry[type[Predictor]] = Registry("predictor", lazy={
     # fitted with source devices' latencies (leti.predict.transfer); saved and loaded like any other
     "transfer-ridge": "leti.predict.transfer.ridge",
     "transfer-help": "leti.predict.transfer.help",
+    "transfer-boost": "leti.predict.transfer.boost",
 })
 #: Class decorator: make a predictor family loadable by its ``name``.
 register = FAMILIES.register()

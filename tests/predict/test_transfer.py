@@ -119,6 +119,26 @@ def test_additive_costs_rank_gold_at_10(nb201_frame):
         assert weight > 0.5 and rho > 0.985 and rho > rho_log + 0.001, (weight, rho, rho_log)
 
 
+def test_additive_each_centres_one_model_on_each_source(nb201_frame, tmp_path):
+    """``additive-each``: one op-cost model per source, centred on that source's cost vector. For gold_6226 the
+    CPU-like pixel2 and the titan GPU (whose cost vectors alone rank gold at 0.95 and 0.94) must outweigh
+    eyeriss (0.46), and the per-source models survive saving (their centre is part of the state)."""
+    target, src, splits = leave_one_out(nb201_frame, "gold_6226", 2)
+    y = target.latency_ms
+    for tr, te in splits:
+        model = make_transfer("transfer-ridge", variants="additive,additive-each").fit(target.cells.take(tr), y[tr], src)
+        w = {m["name"]: wk for m, wk in zip(model.models_, model.weights_)}
+        assert set(w) == {"additive", *(f"additive@{d}" for d in src.devices)}
+        assert min(w["additive@pixel2"], w["additive@titan_rtx_1"]) > w["additive@eyeriss"], w
+        # centred on one source: the prior-mean column is that source's op-cost prediction
+        i = src.devices.index("pixel2")
+        x, _ = model._additive_design(model._inputs(target.cells.take(te[:50])), True, i)
+        a = model._arch(target.cells.take(te[:50]))[:, model.add_cols_]
+        np.testing.assert_allclose(x[:, 0], 3.0 * np.c_[np.ones(50), a] @ model.add_costs_[i])
+        back = load_predictor(model.save(tmp_path / f"each{tr[0]}"))
+        np.testing.assert_allclose(back.predict(target.cells.take(te)), model.predict(target.cells.take(te)), rtol=1e-6)
+
+
 def test_unknown_variant_refused(files, tmp_path):
     r, exc = run("fit", "--dataset", files / "target.parquet", "--transfer-from", files / "sources.parquet",
                  "--train-size", 10, "--param", "variants=bogus", "--out", tmp_path / "v")
@@ -216,6 +236,6 @@ def test_refuses_different_models_naming_both(files, tmp_path):
 
 
 def test_registry_lists_transfer_predictors():
-    assert set(TRANSFER.names()) == {"transfer-ridge", "transfer-help"}
+    assert set(TRANSFER.names()) == {"transfer-ridge", "transfer-help", "transfer-boost"}
     with pytest.raises(Exception, match="needs source devices"):
         make_predictor("transfer-ridge").fit(["|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"], [1.0])

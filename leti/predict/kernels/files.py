@@ -36,6 +36,26 @@ def fit_kernels_file(kernels: Path, out: Path, device: str | None = None, e2e: P
     return pred
 
 
+def adapt_kernels_file(kernels: Path, out: Path, source: Path, device: str | None = None,
+                       e2e: Path | None = None) -> KernelLatencyPredictor:
+    """Kernel-level transfer (:mod:`leti.predict.kernels.adapt`): the kernel predictor at ``source`` (another
+    device) adapted to the device of the kernel table at ``kernels`` (a few models' kernels), saved to ``out``;
+    ``e2e`` rescales (or, with enough models, refits) the per-model overhead."""
+    from leti.predict.kernels.adapt_fit import adapt_kernel_predictor
+
+    src = load_kernel_predictor(source)
+    table = read_kernel_table(kernels, device)
+    devices = sorted(set(table.device))
+    if len(devices) > 1:
+        raise DatasetError(f"{kernels} has kernels of several devices ({', '.join(devices)}); choose one with --device")
+    lat = read_model_latency(e2e, devices[0]) if e2e is not None else None
+    pred = adapt_kernel_predictor(src, table, lat, str(kernels))
+    pred.save(out)
+    pred.left_out_rows = int(table.attrs.get("unusable_rows", 0))
+    pred.adapted_from = (src.device, int(table.model.nunique()), len(table))
+    return pred
+
+
 def predict_kernels_file(kernels: Path, predictor: Path | KernelLatencyPredictor,
                          allow_unknown: bool = False) -> tuple[pd.DataFrame, dict[str, str]]:
     """The rows of ``kernels`` as read plus ``predicted_ms``, and {unknown type: type used for it}."""

@@ -200,7 +200,9 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
     else:
         raise CorruptModelError(f"{folder} is not a kernel-level predictor (fit one with leti fit --kernels)")
     try:
-        reg = KernelRegressors.from_state(m["kernels"], folder)
+        from leti.predict.kernels.adapt import regressors_from_state
+
+        reg = regressors_from_state(m["kernels"], folder)
         o = m["overhead"]
         overhead = Overhead(list(o["terms"]), list(o["coef"]), float(o["resid_std"]), int(o["n_models"]))
         rules = FusionRules.from_dict(m["fusion_rules"]) if "fusion_rules" in m else None
@@ -213,10 +215,9 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
     return pred
 
 
-def fit_kernel_predictor(table: pd.DataFrame, e2e: pd.DataFrame | None = None, where: str = "kernels",
-                         rules: FusionRules | None = None, **params) -> KernelLatencyPredictor:
-    """Fit on a kernel table of one device/runtime/precision; ``e2e`` (``model, latency_ms``) fits the
-    overhead on the models it shares with the table (else latency = sum of kernels)."""
+def table_identity(table: pd.DataFrame, where: str) -> dict[str, str]:
+    """The one device, runtime and precision of a measured kernel table (latencies checked), or a
+    :class:`DatasetError` when it holds several."""
     check_latency(table, where)
     ident = {}
     for col in ("device", "runtime", "precision"):
@@ -226,6 +227,14 @@ def fit_kernel_predictor(table: pd.DataFrame, e2e: pd.DataFrame | None = None, w
             raise DatasetError(f"{where}: kernels of several {col}s ({', '.join(vals)}); "
                                f"a predictor describes one{hint}")
         ident[col] = vals[0]
+    return ident
+
+
+def fit_kernel_predictor(table: pd.DataFrame, e2e: pd.DataFrame | None = None, where: str = "kernels",
+                         rules: FusionRules | None = None, **params) -> KernelLatencyPredictor:
+    """Fit on a kernel table of one device/runtime/precision; ``e2e`` (``model, latency_ms``) fits the
+    overhead on the models it shares with the table (else latency = sum of kernels)."""
+    ident = table_identity(table, where)
     reg = KernelRegressors(**params).fit(table)
     overhead = Overhead()
     if e2e is not None:

@@ -11,6 +11,8 @@ cell), then saved and loaded like any LETI predictor (``leti predict`` reads it)
 * ``transfer-help`` (:mod:`.help`) — HELP's idea: a device is described by its latencies on the
   reference cells; a small torch network meta-trained over the source devices (and mixtures of them)
   maps architecture + device embedding to latency, then a Bayesian last layer adapts it to the target.
+* ``transfer-boost`` (:mod:`.boost`) — for many target cells (~1,000): LETI's single-device boosting with
+  each source's op-cost prediction of the cell as extra features.
 
 :func:`~leti.predict.transfer.choose.choose` picks the cells worth measuring first.
 """
@@ -20,7 +22,8 @@ from leti.registry import Registry
 #: transfer predictor families: name -> class (they need sources at fit time, so they live here; saved
 #: ones load through :func:`leti.predict.base.load_predictor` like every other predictor)
 TRANSFER = Registry("transfer predictor", lazy={"transfer-ridge": "leti.predict.transfer.ridge",
-                                                 "transfer-help": "leti.predict.transfer.help"})
+                                                 "transfer-help": "leti.predict.transfer.help",
+                                                 "transfer-boost": "leti.predict.transfer.boost"})
 
 
 def make_transfer(name: str, **params):

@@ -63,11 +63,14 @@ def prior(costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return costs.mean(0), vec[:, keep] * np.sqrt(val[keep])
 
 
-def design(a: np.ndarray, costs: np.ndarray, own: bool = True) -> tuple[np.ndarray, list[int]]:
+def design(a: np.ndarray, costs: np.ndarray, own: bool = True, centre: int | None = None) -> tuple[np.ndarray, list[int]]:
     """Columns [φ·w̄, φ·basis, 1, φ̃] of the cells with standardised additive columns ``a`` (φ̃ only with
-    ``own``: costs no source shows); group sizes."""
+    ``own``: costs no source shows); group sizes. ``centre``: the prior's centre is that source's cost vector
+    instead of the mean one (the spread around it stays that of all sources)."""
     phi = np.concatenate([np.ones((len(a), 1)), a], 1)
     mean, basis = prior(costs)
+    if centre is not None:
+        mean = costs[centre]
     blocks = [SCALE * (phi @ mean)[:, None], phi @ basis, np.full((len(a), 1), SCALE), a if own else a[:, :0]]
     blocks = [b for b in blocks if b.shape[1]]
     return np.concatenate(blocks, 1), [b.shape[1] for b in blocks]

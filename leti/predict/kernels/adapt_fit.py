@@ -1,0 +1,69 @@
+"""A known device's kernel-level predictor adapted to a new device from a few measured models.
+
+:mod:`.adapt` corrects the kernels; this module also carries the per-model overhead over. The overhead
+(:class:`~leti.predict.kernels.model.Overhead`: launch gaps, unlisted ops, copies) needs about as many models
+with an end-to-end latency as it has terms (kernel types + 4) to be fitted afresh; a new device measured on
+2–10 models has fewer. Its *form* carries over like the kernels' does, so the source device's overhead is
+kept and scaled by one factor — the geometric mean, over the new device's models with an end-to-end latency,
+of measured / predicted — and its spread becomes the larger of the source's and that of those ratios. With
+enough models the overhead is fitted afresh, as ``leti fit --kernels`` does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from leti.errors import DatasetError
+from leti.predict.kernels.adapt import AdaptedKernels
+from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, model_aggregates, table_identity
+
+
+def overhead_scale(base: Overhead, agg: pd.DataFrame, e2e_ms: np.ndarray) -> tuple[float, float]:
+    """(geometric-mean ratio of ``e2e_ms`` to ``base``'s prediction, spread of the log ratios)."""
+    log_ratio = np.log(np.asarray(e2e_ms, np.float64) / base.predict(agg))
+    spread = float(np.sqrt(np.mean((log_ratio - log_ratio.mean()) ** 2))) if len(log_ratio) > 1 else 0.0
+    return float(np.exp(log_ratio.mean())), spread
+
+
+def scaled_overhead(base: Overhead, agg: pd.DataFrame, e2e_ms: np.ndarray) -> Overhead:
+    """``base`` with every coefficient times :func:`overhead_scale` (``base`` = the identity overhead, latency =
+    sum of kernels, when it has none)."""
+    terms, coef = (list(base.terms), list(base.coef)) if base.coef else (["sum_ms"], [1.0])
+    r, spread = overhead_scale(Overhead(terms, coef), agg, e2e_ms)
+    return Overhead(terms, [c * r for c in coef], max(base.resid_std, spread), len(agg))
+
+
+def adapt_kernel_predictor(source: KernelLatencyPredictor, table: pd.DataFrame, e2e: pd.DataFrame | None = None,
+                           where: str = "kernels") -> KernelLatencyPredictor:
+    """``source`` (device A) adapted to the device of ``table`` (B's measured kernels, one device, same runtime
+    and precision); ``e2e`` (``model, latency_ms``) rescales or refits the overhead on B's models."""
+    ident = table_identity(table, where)
+    src = f"the source predictor {source.source}" if source.source else "the source predictor"
+    if ident["device"] == source.device:
+        raise DatasetError(f"{where}: the kernels are of device {ident['device']!r}, the device {src} already "
+                           f"describes; transfer needs kernels of another device")
+    for col in ("runtime", "precision"):
+        mine = getattr(source, col)
+        if mine and ident[col] and ident[col] != mine:
+            raise DatasetError(f"{where}: kernels of {col} {ident[col]!r}, but {src} describes {source.describes}; "
+                               f"kernel transfer needs both of one {col}")
+    reg = AdaptedKernels(source.regressors, source.device).fit(table)
+    overhead, note = source.overhead, f"overhead: that of {source.device!r} as is (no end-to-end latency of these models)"
+    if e2e is not None:
+        e2e = e2e[e2e.device.isin([ident["device"], ""])] if "device" in e2e else e2e
+        lat = e2e.groupby("model")["latency_ms"].mean()
+        shared = [m for m in pd.unique(table.model) if m in lat.index]
+        if shared:
+            sub = table[table.model.isin(shared)]
+            agg = model_aggregates(sub, reg.predict(sub)[0])
+            y = lat.loc[agg.index].to_numpy()
+            if len(shared) >= table.kernel_type.nunique() + 4:
+                overhead, note = Overhead().fit(agg, y), f"overhead fitted on {len(shared)} models"
+            else:
+                overhead = scaled_overhead(source.overhead, agg, y)
+                r = overhead_scale(source.overhead, agg, y)[0]
+                note = f"overhead: that of {source.device!r} scaled by {r:.3f} ({len(shared)} models with an end-to-end latency)"
+    pred = KernelLatencyPredictor(reg, overhead, ident["device"], ident["runtime"], ident["precision"], source.rules)
+    pred.overhead_note = note
+    return pred
