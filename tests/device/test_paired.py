@@ -96,6 +96,9 @@ class PreemptedHost(DriftingHost):
             return lambda: (spin(0.4), time.sleep(0.0012))
         return lambda: spin(0.1)
 
+    def clocks(self):
+        return ("wall", "cpu")  # every run executes on the measuring thread
+
 
 def test_cpu_clock_does_not_charge_a_run_for_time_off_the_cpu():
     dev = PreemptedHost()
@@ -106,5 +109,5 @@ def test_cpu_clock_does_not_charge_a_run_for_time_off_the_cpu():
     assert "clock" not in Protocol().to_dict() and Protocol(clock="cpu").to_dict()["clock"] == "cpu"
     with pytest.raises(ValueError, match="clock"):
         Protocol(clock="sundial")
-    with pytest.raises(ValueError, match="paired"):
-        measure(dev, "a", Protocol(runs=5, clock="cpu"))
+    with pytest.raises(DeviceError, match="cannot time runs by the 'cpu' clock"):
+        measure(DriftingHost(), "a", Protocol(runs=5, clock="cpu"), reference="r")
