@@ -194,6 +194,15 @@ def _small_layer_readout(a, z, bias, mask, head_w, out):
 _BLAS = None
 
 
+def _buffer(ws: dict, key: str, rows: int, cols: int) -> np.ndarray:
+    """A ``(rows, cols)`` float32 array on the memory of ``ws[key]``, grown when too small: the
+    chunks of a batch reuse their ~250 MB state arrays instead of paying fresh pages' faults."""
+    flat = ws.get(key)
+    if flat is None or flat.size < rows * cols:
+        flat = ws[key] = np.empty(max(rows * cols, 1), np.float32)
+    return flat[:rows * cols].reshape(rows, cols)
+
+
 @contextmanager
 def _blas_threads(n: int):
     """NumPy's BLAS (it runs the float32 products: OpenBLAS reached ~88 GFLOP/s on one Zen 3 core
@@ -221,9 +230,11 @@ class DenseGCN:
         self._weights_np = [w.numpy() for w in self.weights]
         self._lowp: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
-    def __call__(self, x: np.ndarray, a: np.ndarray, mask: np.ndarray, dtype: str = "float32") -> np.ndarray:
+    def __call__(self, x: np.ndarray, a: np.ndarray, mask: np.ndarray, dtype: str = "float32",
+                 workspace: dict | None = None) -> np.ndarray:
         """Network output (standardised log-latency) of ``(N, V, F)`` features, ``(N, V, V)`` adjacency
-        and ``(N, V)`` mask, as :func:`leti.predict.features.graph_tensors` gives them."""
+        and ``(N, V)`` mask, as :func:`leti.predict.features.graph_tensors` gives them. Calls given the
+        same ``workspace`` dict reuse its arrays (for the chunks of one batch)."""
         n, v, f = x.shape
         if n == 0:
             return np.zeros(0)
@@ -233,9 +244,10 @@ class DenseGCN:
         if n <= DIRECT_CELLS:
             return self._direct(x, norm, valid, mm_dtype)
         with _blas_threads(torch.get_num_threads()):
-            return self._shared(x, norm, valid, mm_dtype)
+            return self._shared(x, norm, valid, mm_dtype, {} if workspace is None else workspace)
 
-    def _shared(self, x: np.ndarray, norm: np.ndarray, valid: np.ndarray, mm_dtype: torch.dtype) -> np.ndarray:
+    def _shared(self, x: np.ndarray, norm: np.ndarray, valid: np.ndarray, mm_dtype: torch.dtype,
+                ws: dict) -> np.ndarray:
         """The network evaluated once per distinct vertex state (see the module's docstring)."""
         n, v, f = x.shape
         # coefficient codes: equal float32 bits <=> equal coefficient; 0 = no edge
@@ -270,10 +282,10 @@ class DenseGCN:
                 s = np.empty(len(first))
                 _aggregate_readout(*csr, self._head_w_np, s)  # readout per state (it is linear)
                 break
-            z = self._aggregate_matmul(csr, len(first), layer + 1, mm_dtype)
+            z = self._aggregate_matmul(csr, len(first), layer + 1, mm_dtype, ws)
         return self._pool(s[ids], valid)
 
-    def _aggregate_matmul(self, csr: tuple, states: int, layer: int, mm_dtype: torch.dtype) -> np.ndarray:
+    def _aggregate_matmul(self, csr: tuple, states: int, layer: int, mm_dtype: torch.dtype, ws: dict) -> np.ndarray:
         """``z = H W[layer]`` for the ``states`` new states ``H`` that ``csr`` aggregates, a block of
         rows at a time: the block of ``H`` stays in cache between its aggregation and its product,
         and the whole ``H`` is never stored. Columns of the block that are zero in every row (ReLU
@@ -282,9 +294,9 @@ class DenseGCN:
         if mm_dtype != torch.float32:
             return self._aggregate_matmul_lowp(csr, states, layer, mm_dtype)
         w = self._weights_np[layer]
-        z = np.empty((states, w.shape[1]), np.float32)
+        z = _buffer(ws, f"z{layer % 2}", states, w.shape[1])  # layer l reads the other one
         rows = _ROWS * torch.get_num_threads()
-        buf = np.empty((min(rows, states), csr[3].shape[1]), np.float32)
+        buf = _buffer(ws, "block", min(rows, states), csr[3].shape[1])
         live = np.empty(buf.shape[1], np.uint8)
         for lo in range(0, states, rows):
             m = min(rows, states - lo)
@@ -294,7 +306,7 @@ class DenseGCN:
             if len(keep) > 0.9 * len(live):
                 np.matmul(buf[:m], w, out=z[lo:lo + m])
                 continue
-            packed = np.empty((m, len(keep)), np.float32)
+            packed = _buffer(ws, "packed", m, len(keep))
             _take_columns(buf[:m], keep, packed)
             np.matmul(packed, w[keep], out=z[lo:lo + m])
         return z
