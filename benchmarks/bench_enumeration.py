@@ -95,7 +95,10 @@ def generate(repeat: int) -> None:
     leti = Path(sys.executable).with_name("leti")
     entry = [str(leti)] if leti.exists() else [sys.executable, "-c", "from leti.cli import main; main()"]
     cmd = [*entry, "generate", "--all", "--format", ""]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    import leti  # the child runs the same package as this process
+
+    src = str(Path(leti.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
     best = None
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeat):
