@@ -16,6 +16,13 @@ Run: .venv/bin/python benchmarks/bench_predict_api.py [--predictors flops,xgboos
 (a predictor may carry parameters, ``gcn:hidden=128``; separate such specs with ';').
 Targets (issue 4): >= 100,000 cells/s in batch for the boosting predictors, >= 10,000 for the GCN,
 single-cell prediction under 1 ms.
+
+``--gcn-nb101 N`` (default 100,000; 0 skips) adds the GCN line of issue 20: the default 4×600 GCN fitted
+on the measured NB101 cells of datasets/nb101_local_cpu.parquet (``--gcn-epochs``, default 30: the
+fast path leaves dead ReLU units out of its products, so the weights, not only the shapes, set the
+cost; or ``--gcn-model`` a saved predictor), then ``predict`` on a prebuilt CellTable of N NB101 cells
+on one thread, printed as cells per wall second and per CPU second of the thread, with the load
+average. ``--only-gcn-nb101`` prints just that line.
 """
 
 from __future__ import annotations
@@ -72,12 +79,50 @@ def set_threads(model, n: int) -> None:
             model.set_params(**{key: n})
 
 
+def gcn_nb101(n: int, epochs: int, model_path: str | None, repeat: int) -> None:
+    """Issue 20's figure: GCN ``predict`` on a CellTable of ``n`` NB101 cells, one thread."""
+    import os
+
+    import torch
+
+    from leti.predict.base import load_predictor
+    from leti.predict.data import load_dataset
+    from leti.spaces.enumeration import enumerate_space
+
+    torch.set_num_threads(1)
+    if model_path:
+        model, source = load_predictor(model_path), model_path
+    else:
+        data = load_dataset(ROOT / "datasets" / "nb101_local_cpu.parquet")[0]
+        t0 = time.perf_counter()
+        model = make_predictor("gcn", epochs=epochs, threads=1).fit(data.cells, data.latency_ms)
+        source = f"fitted on {len(data.cells)} cells of nb101_local_cpu.parquet, {epochs} epochs, {time.perf_counter() - t0:.0f} s"
+    table = model.table(enumerate_space().sample(n, seed=0))
+    model.predict(table.take(np.arange(min(n, 2000))))  # compile / warm up
+    best = (float("inf"), float("inf"))
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.thread_time()
+        model.predict(table)
+        best = min(best, (time.perf_counter() - t, time.thread_time() - c), key=lambda b: b[1])
+    print(f"GCN NB101 predict(CellTable of {n:,}), 1 thread: {n / best[0]:,.0f} cells/s wall, "
+          f"{n / best[1]:,.0f} cells/s CPU (thread)  [{source}; load avg {'%.2f %.2f %.2f' % os.getloadavg()}; "
+          f"target >= 10,000]", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--predictors", default=";".join(NAMES))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--nb101", type=int, default=100_000, help="NB101 cells for the Space batch (0: skip)")
+    ap.add_argument("--gcn-nb101", type=int, default=100_000, help="NB101 cells for the GCN line of issue 20 (0: skip)")
+    ap.add_argument("--gcn-epochs", type=int, default=30, help="epochs of that GCN's fit")
+    ap.add_argument("--gcn-model", default=None, help="a saved GCN predictor to use instead of fitting one")
+    ap.add_argument("--only-gcn-nb101", action="store_true", help="print only the GCN NB101 line")
     args = ap.parse_args()
+    if args.gcn_nb101:
+        gcn_nb101(args.gcn_nb101, args.gcn_epochs, args.gcn_model, max(2, args.repeat))
+    if args.only_gcn_nb101:
+        return
     names = [n for part in args.predictors.split(";") for n in ([part] if ":" in part else part.split(",")) if n]
 
     d = pd.read_parquet(ROOT / "datasets" / "nb201_latency.parquet")

@@ -147,10 +147,10 @@ class GCNPredictor(Predictor):
         if getattr(self, "fast_", None) is None:
             self.fast_ = DenseGCN(self.net_.state_dict(), self.layers, self.global_node)
         x, a, m = graph_tensors(table, self.node_flops, self.global_node)
-        out = []
+        out, workspace = [], {}  # the chunks share their arrays
         with torch.inference_mode(), _threads(self.threads, numba_pool=len(x) > DIRECT_CELLS):
             for s in range(0, len(x), _CHUNK):
-                out.append(self.fast_(x[s:s + _CHUNK], a[s:s + _CHUNK], m[s:s + _CHUNK], self.precision))
+                out.append(self.fast_(x[s:s + _CHUNK], a[s:s + _CHUNK], m[s:s + _CHUNK], self.precision, workspace))
         z = np.concatenate(out).astype(np.float64)
         return np.exp(z * self.y_std_ + self.y_mean_)
 

@@ -155,3 +155,27 @@ def test_fast_gcn_on_two_threads_equals_one(data, monkeypatch):
     m.set_params(threads=2)
     np.testing.assert_allclose(m.predict(t), a, rtol=1e-5)
     np.testing.assert_allclose(a, m.torch_predict(t), rtol=1e-5)
+
+
+def test_fast_gcn_leaves_dead_units_out_of_the_products_exactly(data, monkeypatch):
+    """Units that are zero for every state of a block (dead ReLUs) are left out of the next product;
+    the result still equals the torch-geometric module, and the BLAS thread count is restored."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    import leti.predict.gcn_infer as gi
+
+    t, y = data
+    m = make_predictor("gcn", hidden=48, epochs=2).fit(t.take(np.arange(200)), y[:200])
+    with torch.no_grad():  # units 0..19 of the second layer: weight 0, bias -1 -> always 0 after the ReLU
+        m.net_.convs[1].lin.weight[:20] = 0.0
+        m.net_.convs[1].bias[:20] = -1.0
+    m.fast_ = None
+    packed = []
+    take = gi._take_columns
+    monkeypatch.setattr(gi, "_take_columns", lambda buf, keep, out: (packed.append(len(keep)), take(buf, keep, out)))
+    monkeypatch.setattr(gi, "_ROWS", 64)  # several blocks per layer
+    blas = [(i["filepath"], i["num_threads"]) for i in threadpool_info()]
+    np.testing.assert_allclose(m.predict(t), m.torch_predict(t), rtol=1e-5)
+    assert packed and min(packed) <= 28  # the 20 dead units were left out (of the products they feed)
+    assert [(i["filepath"], i["num_threads"]) for i in threadpool_info()] == blas

@@ -122,3 +122,26 @@ def test_batch_hash_handles_padding():
         lab[k, :v] = c.labels
     got = nb101_hash_batch(adj, lab, [2, 3])
     assert list(got) == [c.hash for c in cells]
+
+
+def test_batch_hash_equals_the_reference_on_shuffled_mixed_sizes():
+    """The compiled batch hash (digests of a round in SIMD lanes, grouped by block count) against the
+    per-cell reference: cells of every vertex count shuffled together (chunks mix sizes and rounds),
+    and larger DAGs whose degrees and labels take two digits (other message lengths)."""
+    from leti.spaces.enumeration import enumerate_space
+
+    space = enumerate_space()
+    rng = np.random.default_rng(3)
+    idx = np.concatenate([np.flatnonzero(space.num_vertices == v)[:40] for v in range(2, 8)]
+                         + [rng.choice(len(space), 400, replace=False)])
+    rng.shuffle(idx)
+    sub = space.take(idx)
+    got = sub.hashes()
+    assert list(got) == [nb101_hash(c.matrix, c.labels) for c in sub]
+    n, v = 60, 13
+    adj = np.triu(rng.random((n, v, v)) < 0.8, 1).astype(np.uint8)
+    lab = rng.integers(-2, 12, (n, v))
+    nv = rng.integers(2, v + 1, n)
+    want = [nb101_hash(adj[i, :k, :k].tolist(), lab[i, :k].tolist()) for i, k in enumerate(nv)]
+    assert list(nb101_hash_batch(adj, lab, nv)) == want
+    assert len(set(want)) == n
