@@ -17,7 +17,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
-NOTEBOOKS = ["01_dataset", "02_predictors", "03_lut", "04_search", "05_transfer"]
+NOTEBOOKS = ["01_dataset", "02_predictors", "03_lut", "04_search", "05_transfer", "07_int8"]
 KEY_PREFIX = "LETI_KEY_JSON "
 
 
@@ -139,3 +139,17 @@ def test_05_transfer_runs(monkeypatch):
     assert all(_finite(v) and v > 0.9 for v in key["int8_spearman"].values())
     # the live fit: raspi4 from 10 cells and the four other devices (fast mode: 3,000 cells)
     assert _finite(key["live_spearman"], key["live_acc10"]) and key["live_spearman"] > 0.8
+
+
+def test_07_int8_runs(monkeypatch):
+    nb, key = _run("07_int8", monkeypatch)
+    assert not _errors(nb) and _images(nb) >= 2
+    assert key["int8_cells"] >= 1000 and key["speedup_cells"] >= 1000
+    # the two CPU-clock campaigns agree with the interleaved fp32/int8 measurement of the same cells
+    assert _finite(key["speedup_median"]) and 0.5 < key["speedup_median"] < 2.0
+    assert _finite(key["speedup_vs_interleaved"]) and key["speedup_vs_interleaved"] < 0.05
+    assert all(_finite(v) and v > 0 for v in key["op_effect"].values())
+    # 500 training cells: boosting on the cell's structure beats FLOPs alone
+    assert key["acc10_500"]["xgboost"] > key["acc10_500"]["flops"]
+    rho = key["transfer_spearman"]
+    assert all(_finite(v) and v > 0.9 for per in rho.values() for v in per.values())
