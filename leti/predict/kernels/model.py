@@ -6,10 +6,14 @@ unfused adds and activations, tensor copies in and out of the delegate). :class:
 models whose end-to-end latency was measured, as an additive model with non-negative coefficients::
 
     e2e ms = a * (sum of predicted kernel ms) + c0 + Σ_type c_type * (kernels of that type) + d * (MB written)
+             + w * (MB of weights)
 
 fitted for relative error (non-negative least squares on rows divided by the measured latency). On the
 QED phones this beat a log-linear fit on the sum and the kernel count by ~10 points of end-to-end Acc@10
-(``benchmarks/bench_kernels_qed.py``). Its leave-one-model-out log residual spread, with the kernel
+(``benchmarks/bench_kernels_qed.py``). The weights term is the cache: a kernel timed alone, again and again,
+finds its weights in the core's cache; in a network every kernel's weights stream in from memory once per
+inference (on the local CPU the weight-heavy calibration chains put it near 1/30 ms per MB, DRAM speed).
+Its leave-one-model-out log residual spread, with the kernel
 regressors' bagging spread, is the model prediction's uncertainty (log-normal; ``low_ms``/``high_ms`` bound
 90%). Without end-to-end latencies the overhead is the identity (latency = sum) and only the kernels'
 spread is claimed.
@@ -39,11 +43,12 @@ Z90 = 1.6449
 
 
 def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame:
-    """Per model: the sum of kernel ms (``sum_ms``), MB of activations written (``bytes_out_mb``) and the
-    number of kernels of each type (``n:<type>``)."""
+    """Per model: the sum of kernel ms (``sum_ms``), MB of activations written (``bytes_out_mb``), MB of
+    weights (``weights_mb``) and the number of kernels of each type (``n:<type>``)."""
     t = table.assign(_ms=kernel_ms)
     g = t.groupby("model", sort=False)
-    agg = pd.DataFrame({"sum_ms": g["_ms"].sum(), "bytes_out_mb": g["bytes_out"].sum() / 1e6})
+    agg = pd.DataFrame({"sum_ms": g["_ms"].sum(), "bytes_out_mb": g["bytes_out"].sum() / 1e6,
+                        "weights_mb": g["bytes_weights"].sum() / 1e6 if "bytes_weights" in t else 0.0})
     counts = pd.crosstab(t["model"], t["kernel_type"]).reindex(agg.index)
     for k in counts.columns:
         agg[f"n:{k}"] = counts[k].to_numpy(np.float64)
@@ -52,8 +57,9 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame
 
 @dataclass
 class Overhead:
-    """``e2e ms = Σ coef_i · term_i`` over ``terms`` (``sum_ms``, ``one``, ``n:<type>``, ``bytes_out_mb``),
-    coefficients non-negative; the identity (latency = sum of kernels) until fitted."""
+    """``e2e ms = Σ coef_i · term_i`` over ``terms`` (``sum_ms``, ``one``, ``n:<type>``, ``bytes_out_mb``,
+    ``weights_mb``), coefficients non-negative; the identity (latency = sum of kernels) until fitted. A saved
+    overhead keeps its own terms (older ones have no ``weights_mb``)."""
 
     terms: list[str] = field(default_factory=list)
     coef: list[float] = field(default_factory=list)
@@ -74,7 +80,8 @@ class Overhead:
 
     def fit(self, agg: pd.DataFrame, e2e_ms: np.ndarray) -> Overhead:
         y = np.asarray(e2e_ms, np.float64)
-        self.terms = ["sum_ms", "one", *sorted(c for c in agg.columns if c.startswith("n:")), "bytes_out_mb"]
+        self.terms = ["sum_ms", "one", *sorted(c for c in agg.columns if c.startswith("n:")), "bytes_out_mb",
+                      "weights_mb"]
         a = self._design(agg, self.terms)
         self.coef, self.n_models = self._nnls(a, y).tolist(), len(y)
         # leave-one-model-out residuals (log ratio): the spread a new model's prediction has
