@@ -80,18 +80,30 @@ def test_overhead_learns_the_weights_streaming_cost():
     rows = []
     for m in range(30):
         for k in range(int(rng.integers(3, 9))):
-            rows.append({**_conv(int(rng.choice([32, 64, 256]))), "model": f"m{m}",
+            rows.append({**_conv(int(rng.choice([32, 64, 256])), int(rng.choice([1, 2, 7]))), "model": f"m{m}",
                          "bytes_weights": float(rng.uniform(0, 8e6)), "bytes_out": 1e5})
     table = normalize(pd.DataFrame(rows), "t")
     ms = rng.uniform(0.05, 1.0, len(table))
     agg = model_aggregates(table, ms)
     assert agg.weights_mb.to_numpy() == pytest.approx(table.groupby("model", sort=False).bytes_weights.sum() / 1e6)
+    assert set(agg.columns) >= {"sum_ms", "bytes_out_mb", "weights_mb", "stream_mb", "n:conv2d"}
     truth = agg.sum_ms + 0.03 * agg.weights_mb  # 30 GB/s of weights streamed in per inference
     o = Overhead().fit(agg, truth.to_numpy())
     coef = dict(zip(o.terms, o.coef))
-    assert "weights_mb" in o.terms and coef["weights_mb"] == pytest.approx(0.03, rel=1e-3)
+    assert o.terms == ["sum_ms", "one", "bytes_out_mb", "weights_mb"]  # the simplest option that explains it
+    assert coef["weights_mb"] == pytest.approx(0.03, rel=1e-3)
     assert coef["sum_ms"] == pytest.approx(1.0, rel=1e-3) and o.resid_std < 1e-3
     np.testing.assert_allclose(o.predict(agg), truth, rtol=1e-3)
+    # weights read once per output pixel (a GEMV's): the per-pixel term is the one chosen
+    pixels = (table.output_h * table.output_w).to_numpy()
+    stream = (table.bytes_weights / pixels).groupby(table.model, sort=False).sum() / 1e6
+    assert agg.stream_mb.to_numpy() == pytest.approx(stream.loc[agg.index].to_numpy())
+    o = Overhead().fit(agg, (agg.sum_ms + 0.5 * agg.stream_mb).to_numpy())
+    assert o.terms[-1] == "stream_mb" and dict(zip(o.terms, o.coef))["stream_mb"] == pytest.approx(0.5, rel=1e-3)
+    # latency that is the kernels' sum with noise: no cache term and no per-type counts enter
+    noisy = agg.sum_ms.to_numpy() * np.exp(rng.normal(0, 0.05, len(agg)))
+    o = Overhead().fit(agg, noisy)
+    assert o.terms == ["sum_ms", "one", "bytes_out_mb"] and 0.02 < o.resid_std < 0.1
     # an overhead saved before the term existed keeps its own terms: the weights do not enter
     older = Overhead(["sum_ms", "one", "bytes_out_mb"], [1.0, 0.0, 0.0], 0.1, 17)
     np.testing.assert_allclose(older.predict(agg), agg.sum_ms)
@@ -130,3 +142,39 @@ def test_a_continued_build_plans_only_the_missing_calibration_chains(tmp_path):
         after = {r[0]: r[1] for r in store.db.execute("SELECT name, config FROM items WHERE kind='calibration'")}
     assert sorted(after) == [f"calib-{i:03d}" for i in range(7)]
     assert all(after[n] == c for n, c in first.items())  # those planned before are kept as they were
+
+
+def test_a_round_is_planned_type_by_type_in_turn():
+    from leti.predict.kernels.build import interleave
+
+    plan = interleave([["a1", "a2", "a3"], ["b1"], ["c1", "c2"]])
+    assert plan == ["a1", "b1", "c1", "a2", "c2", "a3"]
+    # cut after four items (the budget ran out): every type got its most uncertain kernel measured
+    assert {p[0] for p in plan[:3]} == {"a", "b", "c"}
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_kernels_zoo", ROOT / "benchmarks" / "bench_kernels_zoo.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_zoo_benchmark_scale_follows_the_campaign_clock(tmp_path):
+    bench = _bench_module()
+    rows = pd.DataFrame({"model": ["a.tflite", "a.tflite", "b.tflite", "b.tflite"], "ratio": [0.5, 0.7, 2.0, 2.0],
+                         "corrected_ms": [2.0, 2.8, 8.0, 8.0], "mean_ms": [9.0, 9.0, 9.0, 9.0], "ref_ms": 4.0})
+    data = tmp_path / "zoo.parquet"
+    rows.to_parquet(data)
+    side = {"protocol": {"clock": "cpu"}, "reference_model": "ref.tflite"}
+    (tmp_path / "zoo.device.json").write_text(json.dumps(side))
+    ms, how = bench.measured_latency(data, tmp_path, "auto")
+    # a CPU-clock campaign: corrected_ms is on the kernels' scale already (the reference is not re-timed)
+    assert ms.to_dict() == {"a.tflite": pytest.approx(2.4), "b.tflite": pytest.approx(8.0)}
+    assert how == "the export's corrected_ms (cpu clock campaign)"
+    # the dev/test split: fixed by the file name, about 30 % dev
+    names = [f"m{i}.tflite" for i in range(400)]
+    split = [bench.zoo_split(n) for n in names]
+    assert split == [bench.zoo_split(n) for n in names] and 0.22 < split.count("dev") / 400 < 0.38

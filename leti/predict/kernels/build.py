@@ -132,7 +132,7 @@ def _plan_adaptive(store: BuildStore, sampler, types: list[str], weights: dict[s
     score = {t: weights.get(t, 0.0) * (cv.get(t, {}).get("err", 1.0) + 0.02) + 1e-3 for t in types}
     total = sum(score.values())
     known = store.names()
-    items = []
+    per_type = []
     for t in types:
         n = max(2, int(round(quota * score[t] / total)))
         pool = sampler.draw(t, 3 * n, rng)
@@ -143,8 +143,18 @@ def _plan_adaptive(store: BuildStore, sampler, types: list[str], weights: dict[s
             continue
         spread = predicted_log_std(regressors, pool) if t in regressors.types_ else np.ones(len(pool))
         order = np.argsort(-spread)[:n]
-        items += _items([pool[i] for i in order], "adaptive")
-    return items
+        per_type.append(_items([pool[i] for i in order], "adaptive"))
+    return interleave(per_type)
+
+
+def interleave(groups: list[list]) -> list:
+    """One item of each group in turn (most uncertain first within a group). Why: a round is measured in
+    planned order, and a budget that runs out mid-round must leave every type a share, not the types late in
+    the alphabet none (measured: a 14-minute continuation of a 45-minute build stopped inside conv2d's share
+    and measured no grouped convolution)."""
+    from itertools import zip_longest
+
+    return [x for row in zip_longest(*groups) for x in row if x is not None]
 
 
 def plan_calibration(store: BuildStore, types: list[str], weights: dict[str, float], n: int, seed: int) -> int:
