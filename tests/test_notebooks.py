@@ -17,7 +17,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
-NOTEBOOKS = ["01_dataset", "02_predictors", "03_lut", "04_search", "05_transfer", "07_int8"]
+NOTEBOOKS = ["01_dataset", "02_predictors", "03_lut", "04_search", "05_transfer", "06_any_model", "07_int8"]
 KEY_PREFIX = "LETI_KEY_JSON "
 
 
@@ -139,6 +139,23 @@ def test_05_transfer_runs(monkeypatch):
     assert all(_finite(v) and v > 0.9 for v in key["int8_spearman"].values())
     # the live fit: raspi4 from 10 cells and the four other devices (fast mode: 3,000 cells)
     assert _finite(key["live_spearman"], key["live_acc10"]) and key["live_spearman"] > 0.8
+
+
+def test_06_any_model_runs(monkeypatch):
+    import pandas as pd
+
+    nb, key = _run("06_any_model", monkeypatch)
+    assert not _errors(nb) and _images(nb) >= 2
+    # the figures it shows are the benchmark's committed per-model rows, recomputed
+    for name in ("before", "after"):
+        rows = pd.read_json(ROOT / "benchmarks" / "results" / f"zoo_kernels_local_cpu_{name}.json")
+        err = (rows.predicted_ms / rows.measured_ms - 1).abs()
+        assert key[f"models_{name}"] == len(rows) >= 200
+        assert key[f"acc10_{name}"] == pytest.approx((err <= 0.10).mean() * 100)
+        assert key[f"acc5_{name}"] == pytest.approx((err <= 0.05).mean() * 100) and key[f"acc5_{name}"] <= key[f"acc10_{name}"]
+        test = rows.split == "test"
+        assert key[f"acc10_test_{name}"] == pytest.approx((err[test] <= 0.10).mean() * 100)
+    assert key["families"] == 19 and 0 < key["worst_abs_err_after"] < 1
 
 
 def test_07_int8_runs(monkeypatch):

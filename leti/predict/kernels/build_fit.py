@@ -143,9 +143,9 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
     rows = predictor.predict_kernels(cal_kernels, allow_unknown=True, where="calibration models")
     agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
     lat = cal.set_index("model").latency_ms.loc[agg.index].to_numpy()
-    n_terms = 3 + sum(c.startswith("n:") for c in agg.columns)
+    n_terms = 4 + sum(c.startswith("n:") for c in agg.columns)  # sum, one, MB out, a cache term
     if len(cal) < 2 * n_terms:
         agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
-        notes.append(f"{len(cal)} calibration models: overhead = a·sum + c + d·MB (no per-type counts)")
+        notes.append(f"{len(cal)} calibration models: overhead = a·sum + c + d·MB out [+ a cache term] (no per-type counts)")
     predictor.overhead = Overhead().fit(agg, lat)
     return predictor, notes

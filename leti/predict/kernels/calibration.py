@@ -9,6 +9,12 @@ real network's early-to-late stages: convolutions that widen and stride down, de
 element-wise pieces, residual adds and concats on earlier tensors of the same shape, squeeze-excite style
 broadcast products, ending in a global mean and a dense layer when the build has them. They are neither
 ``keras.applications`` networks nor NAS-Bench cells, so a zoo of those stays unseen.
+
+Every second chain (:func:`calibration_chains`) is **weight-heavy**: the late stages of a network, small maps
+(4-14 pixels) with many channels (96-1536), megabytes of weights per kernel. Why: a kernel timed alone runs
+with its weights in the core's cache, in a network they stream in from memory every inference; the overhead's
+``weights_mb`` term learns that cost, and the first 40 light chains (at most 6 MB of weights) could not (the
+zoo's networks carry 2-100 MB).
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ _SPATIAL = {"conv2d", "depthwise_conv2d", "grouped_conv2d", "max_pool", "avg_poo
             "slice", "dense", "softmax"}
 
 
-def _step(t: str, h: int, c: int, rng: np.random.Generator) -> KernelConfig | None:
-    """One kernel of type ``t`` on an (h, h, c) map, with sizes a network would use there."""
+def _step(t: str, h: int, c: int, rng: np.random.Generator, max_c: int = 512) -> KernelConfig | None:
+    """One kernel of type ``t`` on an (h, h, c) map, with sizes a network would use there (convolutions
+    widen up to ``max_c`` channels)."""
     down = 2 if h >= 8 and rng.random() < 0.25 else 1
     kw: dict = {"kernel_type": t, "input_h": h, "input_w": h, "input_c": c}
     if t == "conv2d":
-        kw.update(output_c=min(512, _round_channels(c * rng.uniform(0.5, 2.5), rng)),
+        kw.update(output_c=min(max_c, _round_channels(c * rng.uniform(0.5, 2.5), rng)),
                   kernel=int(rng.choice([1, 1, 3])), stride=down, activation="relu" if rng.random() < 0.6 else "")
     elif t == "depthwise_conv2d":
         kw.update(kernel=int(rng.choice([3, 5])), stride=down, activation="relu" if rng.random() < 0.5 else "")
@@ -59,22 +66,37 @@ def _step(t: str, h: int, c: int, rng: np.random.Generator) -> KernelConfig | No
 
 
 def calibration_chain(types: list[str], weights: dict[str, float], rng: np.random.Generator,
-                      max_flops: float = 6e8, min_flops: float = 5e7) -> list[KernelConfig]:
+                      max_flops: float = 6e8, min_flops: float = 5e7, heavy: bool = False) -> list[KernelConfig]:
     """A random chain of kernels of ``types`` (at least two steps), starting from an (h, h, c) map, of at
     least ``min_flops`` (a model of a millisecond or more on a CPU core: what the overhead is about) when
-    one is found in a few draws."""
+    one is found in a few draws; ``heavy``: a weight-heavy chain (small maps, many channels)."""
     best: list[KernelConfig] = []
     for _ in range(20):
-        steps, flops = _chain(types, weights, rng, max_flops)
+        steps, flops = _chain(types, weights, rng, max_flops, heavy)
         if flops >= min_flops:
             return steps
         best = best if len(best) > len(steps) else steps
     return best
 
 
-def _chain(types, weights, rng, max_flops) -> tuple[list[KernelConfig], float]:
-    h = int(rng.choice([16, 24, 32, 48, 56, 64, 96]))
-    c = int(rng.choice([3, 8, 16, 24, 32, 48, 64]))
+def calibration_chains(types: list[str], weights: dict[str, float], n: int, seed: int) -> list[list[KernelConfig]]:
+    """The build's ``n`` calibration chains: deterministic in ``seed``, every second one weight-heavy."""
+    rng = np.random.default_rng([seed, 991])
+    chains: list[list[KernelConfig]] = []
+    while len(chains) < n:
+        steps = calibration_chain(types, weights, rng, heavy=len(chains) % 2 == 1)
+        if chain_ok(steps):
+            chains.append(steps)
+    return chains
+
+
+def _chain(types, weights, rng, max_flops, heavy: bool = False) -> tuple[list[KernelConfig], float]:
+    if heavy:
+        h = int(rng.choice([4, 6, 7, 8, 10, 12, 14]))
+        c = int(rng.choice([96, 128, 192, 256, 384, 512]))
+    else:
+        h = int(rng.choice([16, 24, 32, 48, 56, 64, 96]))
+        c = int(rng.choice([3, 8, 16, 24, 32, 48, 64]))
     spatial = [t for t in types if t in _SPATIAL]
     p = np.array([weights.get(t, 0.0) + 0.02 for t in spatial])
     steps: list[KernelConfig] = []
@@ -83,7 +105,7 @@ def _chain(types, weights, rng, max_flops) -> tuple[list[KernelConfig], float]:
     tries = 0
     while len(steps) < length and tries < 200 and spatial:
         tries += 1
-        cfg = _step(str(rng.choice(spatial, p=p / p.sum())), h, c, rng)
+        cfg = _step(str(rng.choice(spatial, p=p / p.sum())), h, c, rng, 1536 if heavy else 512)
         if cfg is None:
             continue
         row = expected_row(cfg)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from leti.errors import CorruptModelError, DatasetError, LetiError
-from leti.predict.kernels.features import FEATURES, kernel_features
+from leti.predict.kernels.features import FEATURES, check_names, kernel_features
 
 #: features of the log-linear base (indices into FEATURES)
 BASE_FEATURES = ("log_flops", "log_bytes_in", "log_bytes_out", "log_bytes_weights")
@@ -75,6 +75,8 @@ class KernelRegressors:
                        "random_state": int(random_state), "n_jobs": int(n_jobs)}
         self.types_: dict[str, dict] = {}
         self.boosters_: dict[str, object] = {}
+        #: the feature list of the fit (an older predictor's prefix of FEATURES when loaded)
+        self.features_: tuple[str, ...] = FEATURES
 
     # ---- fitting -------------------------------------------------------------------------------
     def _booster(self):
@@ -87,7 +89,7 @@ class KernelRegressors:
 
     def fit(self, table: pd.DataFrame) -> KernelRegressors:
         y = table["latency_ms"].to_numpy(np.float64)
-        x = kernel_features(table)
+        x = kernel_features(table, self.features_)
         types = table["kernel_type"].to_numpy()
         for t in sorted(set(types)):
             m = types == t
@@ -133,7 +135,7 @@ class KernelRegressors:
         """(latency ms, std of log latency) per row; ``as_types`` from :meth:`resolve`."""
         if not self.types_:
             raise LetiError("the kernel predictor is not fitted")
-        x = kernel_features(table)
+        x = kernel_features(table, self.features_)
         types = table["kernel_type"].astype(str).to_numpy() if as_types is None else as_types
         ms, log_std = np.zeros(len(x)), np.zeros(len(x))
         for t in sorted(set(types)):
@@ -147,7 +149,7 @@ class KernelRegressors:
 
     # ---- persistence (pickle-free) ---------------------------------------------------------------
     def state(self) -> dict:
-        return {"params": self.params, "features": list(FEATURES), "types": self.types_}
+        return {"params": self.params, "features": list(self.features_), "types": self.types_}
 
     def save_files(self, folder: Path) -> None:
         for t, booster in self.boosters_.items():
@@ -157,9 +159,9 @@ class KernelRegressors:
 
     @classmethod
     def from_state(cls, state: dict, folder: Path) -> KernelRegressors:
-        if list(state.get("features", [])) != list(FEATURES):
-            raise CorruptModelError(f"{folder}: the predictor's kernel features differ from this LETI's")
+        features = check_names(state.get("features", []), str(folder))
         self = cls(**state["params"])
+        self.features_ = features
         self.types_ = dict(state["types"])
         for t in self.types_:
             booster = self._booster()

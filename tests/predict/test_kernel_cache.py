@@ -1,0 +1,180 @@
+"""Any-model prediction on the local CPU (issue 16): the GEMM tiling features, predictors saved with the older
+feature list, the overhead's weights (cache) term, and the weight-heavy calibration chains a continued build
+adds."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from leti.models.kernel_models import expected_row
+from leti.predict.kernels.build import plan_calibration
+from leti.predict.kernels.build_store import BuildStore
+from leti.predict.kernels.calibration import calibration_chains, chain_ok
+from leti.predict.kernels.features import FEATURES, FEATURES_V1, kernel_features
+from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, load_kernel_predictor, model_aggregates
+from leti.predict.kernels.predictor import KernelRegressors
+from leti.predict.kernels.schema import normalize
+from tests.device.conftest import run_leti
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "datasets" / "kernels_local_cpu.parquet"
+FAST = {"n_members": 2, "n_estimators": 30, "max_depth": 3}
+
+
+def _conv(cout: int, pixels_side: int = 7, cin: int = 16) -> dict:
+    return {"model": f"c{cout}", "kernel_type": "conv2d", "input_h": pixels_side, "input_w": pixels_side,
+            "input_c": cin, "output_h": pixels_side, "output_w": pixels_side, "output_c": cout, "kernel_h": 1,
+            "kernel_w": 1}
+
+
+def test_tiling_features_count_the_padded_tiles():
+    t = normalize(pd.DataFrame([_conv(9), _conv(16), _conv(17)]), "t")
+    x = pd.DataFrame(kernel_features(t), columns=FEATURES)
+    # 9 and 16 output channels fill the same two 8-wide tiles; 17 needs a third, and 16-wide tiles: one vs two
+    assert x.log_flops_tile4x8[0] == pytest.approx(x.log_flops_tile4x8[1])
+    assert x.log_flops_tile4x8[2] == pytest.approx(x.log_flops_tile4x8[1] + np.log(1.5))
+    assert x.log_flops_tile7x16[0] == pytest.approx(x.log_flops_tile7x16[1])
+    assert x.log_flops_tile7x16[2] == pytest.approx(x.log_flops_tile7x16[1] + np.log(2))
+    assert list(x.out_c_mod8) == [1, 0, 1] and list(x.out_c_mod16) == [9, 0, 1]
+    assert x.log_pixels[0] == pytest.approx(np.log(49)) and list(x.output_w) == [7, 7, 7]
+    # the older list is a prefix: the same columns
+    np.testing.assert_array_equal(kernel_features(t, FEATURES_V1), kernel_features(t)[:, : len(FEATURES_V1)])
+
+
+@pytest.fixture(scope="module")
+def conv_slice() -> pd.DataFrame:
+    t = pd.read_parquet(KERNELS)
+    return t[t.kernel_type.isin(["conv2d", "add"])].groupby("kernel_type").head(60).reset_index(drop=True)
+
+
+def test_a_predictor_saved_with_the_older_features_loads_and_predicts_the_same(conv_slice, tmp_path, capsys):
+    old = KernelRegressors(**FAST)
+    old.features_ = FEATURES_V1  # what predictors fitted before the tiling features saved
+    old.fit(conv_slice)
+    KernelLatencyPredictor(old, Overhead(), "local", "tflite-xnnpack", "float").save(tmp_path / "old")
+    manifest = json.loads((tmp_path / "old" / "manifest.json").read_text())
+    assert manifest["kernels"]["features"] == list(FEATURES_V1)
+    back = load_kernel_predictor(tmp_path / "old")
+    assert back.regressors.features_ == FEATURES_V1
+    np.testing.assert_allclose(back.predict_kernels(conv_slice).predicted_ms, old.predict(conv_slice)[0], rtol=1e-5)
+    new = KernelRegressors(**FAST).fit(conv_slice)
+    KernelLatencyPredictor(new, Overhead(), "local", "tflite-xnnpack", "float").save(tmp_path / "new")
+    assert load_kernel_predictor(tmp_path / "new").regressors.features_ == FEATURES
+    # a feature list this LETI does not compute: one line through the CLI, the folder untouched
+    manifest["kernels"]["features"] = list(reversed(FEATURES_V1))
+    (tmp_path / "old" / "manifest.json").write_text(json.dumps(manifest))
+    table = tmp_path / "k.parquet"
+    conv_slice.to_parquet(table, index=False)
+    code, _, err = run_leti(capsys, "predict", "--kernels", str(table), "--predictor", str(tmp_path / "old"),
+                            "--out", str(tmp_path / "pred.parquet"))
+    assert code == 1 and err.strip().splitlines() == [
+        f"error: {tmp_path / 'old'}: the predictor's kernel features differ from this LETI's"]
+    assert not (tmp_path / "pred.parquet").exists()
+
+
+def test_overhead_learns_the_weights_streaming_cost():
+    rng = np.random.default_rng(0)
+    rows = []
+    for m in range(30):
+        for k in range(int(rng.integers(3, 9))):
+            rows.append({**_conv(int(rng.choice([32, 64, 256])), int(rng.choice([1, 2, 7]))), "model": f"m{m}",
+                         "bytes_weights": float(rng.uniform(0, 8e6)), "bytes_out": 1e5})
+    table = normalize(pd.DataFrame(rows), "t")
+    ms = rng.uniform(0.05, 1.0, len(table))
+    agg = model_aggregates(table, ms)
+    assert agg.weights_mb.to_numpy() == pytest.approx(table.groupby("model", sort=False).bytes_weights.sum() / 1e6)
+    assert set(agg.columns) >= {"sum_ms", "bytes_out_mb", "weights_mb", "stream_mb", "n:conv2d"}
+    truth = agg.sum_ms + 0.03 * agg.weights_mb  # 30 GB/s of weights streamed in per inference
+    o = Overhead().fit(agg, truth.to_numpy())
+    coef = dict(zip(o.terms, o.coef))
+    assert o.terms == ["sum_ms", "one", "bytes_out_mb", "weights_mb"]  # the simplest option that explains it
+    assert coef["weights_mb"] == pytest.approx(0.03, rel=1e-3)
+    assert coef["sum_ms"] == pytest.approx(1.0, rel=1e-3) and o.resid_std < 1e-3
+    np.testing.assert_allclose(o.predict(agg), truth, rtol=1e-3)
+    # weights read once per output pixel (a GEMV's): the per-pixel term is the one chosen
+    pixels = (table.output_h * table.output_w).to_numpy()
+    stream = (table.bytes_weights / pixels).groupby(table.model, sort=False).sum() / 1e6
+    assert agg.stream_mb.to_numpy() == pytest.approx(stream.loc[agg.index].to_numpy())
+    o = Overhead().fit(agg, (agg.sum_ms + 0.5 * agg.stream_mb).to_numpy())
+    assert o.terms[-1] == "stream_mb" and dict(zip(o.terms, o.coef))["stream_mb"] == pytest.approx(0.5, rel=1e-3)
+    # latency that is the kernels' sum with noise: no cache term and no per-type counts enter
+    noisy = agg.sum_ms.to_numpy() * np.exp(rng.normal(0, 0.05, len(agg)))
+    o = Overhead().fit(agg, noisy)
+    assert o.terms == ["sum_ms", "one", "bytes_out_mb"] and 0.02 < o.resid_std < 0.1
+    # an overhead saved before the term existed keeps its own terms: the weights do not enter
+    older = Overhead(["sum_ms", "one", "bytes_out_mb"], [1.0, 0.0, 0.0], 0.1, 17)
+    np.testing.assert_allclose(older.predict(agg), agg.sum_ms)
+
+
+def _weights_mb(steps) -> float:
+    total = 0.0
+    for c in steps:
+        r = expected_row(c)
+        if r["kernel_type"] in ("conv2d", "depthwise_conv2d", "grouped_conv2d", "dense"):
+            total += 4 * r["output_c"] * (r["kernel_h"] * r["kernel_w"] * r["input_c"] / r["groups"] + 1)
+    return total / 1e6
+
+
+def test_every_second_calibration_chain_is_weight_heavy():
+    types = ["conv2d", "depthwise_conv2d", "add", "relu", "mean", "dense"]
+    weights = {t: 1.0 / len(types) for t in types}
+    chains = calibration_chains(types, weights, 12, seed=5)
+    assert len(chains) == 12 and all(chain_ok(c) for c in chains)
+    again = calibration_chains(types, weights, 12, seed=5)
+    assert [[s.to_dict() for s in c] for c in chains] == [[s.to_dict() for s in c] for c in again]
+    light, heavy = [_weights_mb(c) for c in chains[0::2]], [_weights_mb(c) for c in chains[1::2]]
+    assert np.median(heavy) > 5 * np.median(light) and max(heavy) > 4.0  # megabytes, as late network stages
+    assert min(chains[1::2], key=lambda c: c[0].input_h)[0].input_h <= 14
+
+
+def test_a_continued_build_plans_only_the_missing_calibration_chains(tmp_path):
+    types = ["conv2d", "relu", "mean", "dense"]
+    weights = {t: 0.25 for t in types}
+    with BuildStore(tmp_path / "kernels.sqlite") as store:
+        assert plan_calibration(store, types, weights, 4, seed=1) == 4
+        first = {r[0]: r[1] for r in store.db.execute("SELECT name, config FROM items WHERE kind='calibration'")}
+        assert plan_calibration(store, types, weights, 4, seed=1) == 0  # as many as asked: nothing new
+        assert plan_calibration(store, types, weights, 3, seed=1) == 0
+        assert plan_calibration(store, types, weights, 7, seed=1) == 3
+        after = {r[0]: r[1] for r in store.db.execute("SELECT name, config FROM items WHERE kind='calibration'")}
+    assert sorted(after) == [f"calib-{i:03d}" for i in range(7)]
+    assert all(after[n] == c for n, c in first.items())  # those planned before are kept as they were
+
+
+def test_a_round_is_planned_type_by_type_in_turn():
+    from leti.predict.kernels.build import interleave
+
+    plan = interleave([["a1", "a2", "a3"], ["b1"], ["c1", "c2"]])
+    assert plan == ["a1", "b1", "c1", "a2", "c2", "a3"]
+    # cut after four items (the budget ran out): every type got its most uncertain kernel measured
+    assert {p[0] for p in plan[:3]} == {"a", "b", "c"}
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_kernels_zoo", ROOT / "benchmarks" / "bench_kernels_zoo.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_zoo_benchmark_scale_follows_the_campaign_clock(tmp_path):
+    bench = _bench_module()
+    rows = pd.DataFrame({"model": ["a.tflite", "a.tflite", "b.tflite", "b.tflite"], "ratio": [0.5, 0.7, 2.0, 2.0],
+                         "corrected_ms": [2.0, 2.8, 8.0, 8.0], "mean_ms": [9.0, 9.0, 9.0, 9.0], "ref_ms": 4.0})
+    data = tmp_path / "zoo.parquet"
+    rows.to_parquet(data)
+    side = {"protocol": {"clock": "cpu"}, "reference_model": "ref.tflite"}
+    (tmp_path / "zoo.device.json").write_text(json.dumps(side))
+    ms, how = bench.measured_latency(data, tmp_path, "auto")
+    # a CPU-clock campaign: corrected_ms is on the kernels' scale already (the reference is not re-timed)
+    assert ms.to_dict() == {"a.tflite": pytest.approx(2.4), "b.tflite": pytest.approx(8.0)}
+    assert how == "the export's corrected_ms (cpu clock campaign)"
+    # the dev/test split: fixed by the file name, about 30 % dev
+    names = [f"m{i}.tflite" for i in range(400)]
+    split = [bench.zoo_split(n) for n in names]
+    assert split == [bench.zoo_split(n) for n in names] and 0.22 < split.count("dev") / 400 < 0.38
