@@ -284,7 +284,7 @@ def check_device(dev, protocol: Protocol, reference) -> None:
                         "that runs models in this process (local, engine)")
     if protocol.clock not in dev.clocks():
         raise LetiError(f"--clock {protocol.clock}: {dev.id} times runs by {' or '.join(dev.clocks())} only; the "
-                        "CPU clock needs the local device on one thread (--threads 1)")
+                        "CPU clock needs a device that runs the model on the measuring thread (local or engine CPU, --threads 1)")
 
 
 @contextmanager

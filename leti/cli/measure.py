@@ -85,7 +85,7 @@ def measure(
                                       "writes them as <out>.ops.parquet, a kernel table."),
     clock: str = typer.Option("wall", "--clock", help="What runs are timed by: wall (default) or cpu, the "
                               "measuring thread's CPU time, which other processes preempting it on a shared host "
-                              "cannot inflate (local device, --threads 1). Part of the campaign's protocol."),
+                              "cannot inflate (local or engine CPU, --threads 1). Part of the campaign's protocol."),
     precision: Optional[str] = typer.Option(None, "--precision", help="Models' precision: fp32, int8, fp16 or "
                                             "dynamic (default: the table's, set by `leti generate --format "
                                             "tflite-int8` etc.). Part of the campaign's identity."),

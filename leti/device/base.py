@@ -75,7 +75,8 @@ class Device(ABC):
         protocol's clock); a clock the device cannot honour raises :class:`DeviceError`."""
         if clock not in self.clocks():
             raise DeviceError(f"{self.id}: cannot time runs by the {clock!r} clock (it offers: "
-                              f"{', '.join(self.clocks())}); the CPU clock needs the local device on one thread")
+                              f"{', '.join(self.clocks())}); the CPU clock needs a device that runs the model on the "
+                              "measuring thread (local or engine CPU, one thread)")
         saved = self.__dict__.get("clock_ns")
         self.clock_ns = CLOCKS[clock]
         try:

@@ -173,7 +173,8 @@ def valid(c: KernelConfig) -> bool:
         return False  # a reduction over one channel is no kernel (and Keras warns about it)
     if c.variant and c.variant not in VARIANTS.get(t, ("",)):
         return False
-    return expected_row(c)["output_h"] >= 1 and expected_row(c)["output_w"] >= 1
+    row = expected_row(c)
+    return row["output_h"] >= 1 and row["output_w"] >= 1
 
 
 def check_split(c: KernelConfig, rows) -> dict:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from leti.errors import LetiError
-from leti.models.kernel_models import KernelConfig, expected_row
+from leti.models.kernel_models import KernelConfig
 from leti.predict.kernels.build_fit import calibration_tables, cv_by_type, fit_final, kernel_table, predicted_log_std
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.split import FusionRules, rules_for
