@@ -36,6 +36,8 @@ def build_cmd(
     threads: int = typer.Option(1, "--threads", help="Threads the device runs a model with."),
     types: str = typer.Option("", "--types", help="Comma list of kernel types to sample (default: all)."),
     calibration: int = typer.Option(40, "--calibration", help="Multi-kernel calibration models (the overhead)."),
+    networks: int = typer.Option(60, "--networks", help="Random whole networks timed end to end; with 20 or "
+                                 "more the overhead (per kernel type) is fitted on them."),
     detect: bool = typer.Option(True, "--detect/--no-detect", help="Measure the fusion rules first (else: the "
                                 "runtime's rules known a priori)."),
 ) -> None:
@@ -49,8 +51,8 @@ def build_cmd(
 
     if not budget_minutes > 0:
         raise LetiError(f"--budget-minutes must be above 0, got {budget_minutes:g}")
-    if seed < 0 or calibration < 0:
-        raise LetiError("--seed and --calibration must be zero or positive whole numbers")
+    if seed < 0 or calibration < 0 or networks < 0:
+        raise LetiError("--seed, --calibration and --networks must be zero or positive whole numbers")
     check_out(out)
     dev = _open(device, threads)
     output_folder(out)
@@ -67,7 +69,8 @@ def build_cmd(
 
     try:
         report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
-                                        n_calibration=calibration, detect=detect, notify=notify)
+                                        n_calibration=calibration, n_networks=networks, detect=detect,
+                                        notify=notify)
     finally:
         bar.stop()
     for note in report.notes:

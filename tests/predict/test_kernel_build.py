@@ -114,7 +114,7 @@ def _db_rows(db: Path) -> dict:
 def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     out = tmp_path / "kp"
     args = ["kernels", "build", "--device", "local", "--out", str(out), "--types", "conv2d,hard_swish",
-            "--calibration", "6", "--no-detect", "--seed", "3"]
+            "--calibration", "6", "--networks", "0", "--no-detect", "--seed", "3"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.Popen([sys.executable, "-m", "leti", *args, "--budget-minutes", "5"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -168,7 +168,7 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
 
     print("load", os.getloadavg())
     report = build_kernel_predictor("local", tmp_path / "kp", 0.8, kernel_types=["hard_swish", "relu"],
-                                    n_calibration=0, initial_per_type=6, detect=False, seed=1)
+                                    n_calibration=0, n_networks=0, initial_per_type=6, detect=False, seed=1)
     assert report.rounds >= 2 and report.minutes < 1.1
     with sqlite3.connect(tmp_path / "kp" / "kernels.sqlite") as c:
         origins = dict(c.execute("SELECT origin, COUNT(*) FROM items WHERE kind='kernel' GROUP BY origin"))
@@ -177,6 +177,25 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     assert fitted and set(fitted[0]) == {"hard_swish", "relu"} and fitted[0]["hard_swish"]["n"] >= 3
     assert sum(report.per_type.values()) == len(pd.read_parquet(tmp_path / "kp" / "kernels.parquet"))
     assert report.rules == {"runtime": "tflite-xnnpack", "fuse": {}, "source": "default"}  # not detected: a priori
+
+
+def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf):
+    from leti.models.random_networks import network_params
+    from leti.predict.kernels.build import build_kernel_predictor
+
+    report = build_kernel_predictor("local", tmp_path / "kp", 1.5, kernel_types=["relu"], n_calibration=0,
+                                    n_networks=3, initial_per_type=4, detect=False, seed=2)
+    nets = pd.read_parquet(tmp_path / "kp" / "networks.parquet")
+    kernels = pd.read_parquet(tmp_path / "kp" / "network_kernels.parquet")
+    assert list(nets.model) == ["net-000", "net-001", "net-002"] and (nets.latency_ms > 0).all()
+    assert (nets.set_index("model").n_kernels == kernels.groupby("model").size()).all()
+    assert {"conv2d", "mean", "dense"} <= set(kernels.kernel_type)  # whole networks, not the build's types
+    with sqlite3.connect(tmp_path / "kp" / "kernels.sqlite") as c:
+        stored = dict(c.execute("SELECT name, config FROM items WHERE kind='network' AND status='ok'"))
+    assert json.loads(stored["net-001"])["params"] == network_params(2 * 100_003 + 1)  # rebuilt from the store
+    # fewer networks than the overhead takes them from: said, and the overhead is not fitted on them
+    assert any("only 3 calibration networks" in n for n in report.notes), report.notes
+    assert report.calibration == 3
 
 
 @pytest.mark.parametrize("args, message", [

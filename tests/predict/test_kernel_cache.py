@@ -178,3 +178,36 @@ def test_zoo_benchmark_scale_follows_the_campaign_clock(tmp_path):
     names = [f"m{i}.tflite" for i in range(400)]
     split = [bench.zoo_split(n) for n in names]
     assert split == [bench.zoo_split(n) for n in names] and 0.22 < split.count("dev") / 400 < 0.38
+
+
+def test_overhead_on_networks_learns_a_scale_per_kernel_type_and_a_saving_per_kernel():
+    rng = np.random.default_rng(3)
+    rows = []
+    for m in range(60):
+        for k in range(int(rng.integers(5, 40))):
+            t = str(rng.choice(["conv2d", "grouped_conv2d", "add"], p=[0.5, 0.2, 0.3]))
+            rows.append({**_conv(32), "model": f"n{m}", "kernel_type": t, "bytes_weights": 1e4, "bytes_out": 1e4})
+    table = normalize(pd.DataFrame(rows), "t")
+    size = np.exp(rng.uniform(np.log(0.5), np.log(10), 60))  # small and large networks
+    ms = rng.uniform(0.01, 0.1, len(table)) * size[table.model.str[1:].astype(int).to_numpy()]
+    agg = model_aggregates(table, ms)
+    assert agg["ms:conv2d"].to_numpy() == pytest.approx(
+        pd.Series(np.where(table.kernel_type == "conv2d", ms, 0)).groupby(table.model.to_numpy(), sort=False)
+        .sum().loc[agg.index].to_numpy())
+    assert agg.kernels.to_numpy() == pytest.approx(table.groupby("model", sort=False).size().loc[agg.index])
+    # networks: convolutions 10 % dearer than alone, grouped ones 40 % cheaper, 5 µs saved per kernel
+    truth = 1.1 * agg["ms:conv2d"] + 0.6 * agg["ms:grouped_conv2d"] + agg["ms:add"] - 0.005 * agg.kernels
+    y = truth.to_numpy() * np.exp(rng.normal(0, 0.005, len(agg)))
+    common = Overhead().fit(agg, y)
+    o = Overhead().fit(agg, y, per_type=True)
+    coef = dict(zip(o.terms, o.coef))
+    assert "ms:rest" in o.terms and "saved_per_kernel" in o.terms and o.resid_std < 0.5 * common.resid_std
+    assert coef["ms:conv2d"] == pytest.approx(1.1, rel=0.03) and coef["ms:grouped_conv2d"] == pytest.approx(0.6, rel=0.05)
+    assert coef["saved_per_kernel"] == pytest.approx(0.005, rel=0.2)
+    # a type no network had is scaled by the common scale (the pull's target), not dropped
+    other = agg.iloc[:3].assign(**{"ms:gelu": 1.0, "sum_ms": agg.sum_ms.iloc[:3] + 1.0})
+    base = Overhead._nnls(Overhead._design(agg, ["sum_ms", "one", "bytes_out_mb"]), y)[0]
+    np.testing.assert_allclose(o.predict(other) - o.predict(agg.iloc[:3]), coef["ms:rest"], rtol=1e-6)
+    assert coef["ms:rest"] == pytest.approx(base, rel=1e-3)
+    # fitted without per_type (the chains): no per-type scale is among the options
+    assert not any(t.startswith("ms:") for t in common.terms)

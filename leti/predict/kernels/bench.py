@@ -150,6 +150,12 @@ class KernelBench:
         """Time a multi-kernel model running ``configs`` in sequence (no single-kernel check)."""
         return self._timed(lambda: chain_model(configs, seed, name=stem.replace("-", "_")), stem)
 
+    def network(self, params: dict, stem: str = "network") -> Timed:
+        """Time a whole random network (:mod:`leti.models.random_networks`) described by ``params``."""
+        from leti.models.random_networks import keras_network
+
+        return self._timed(lambda: keras_network(params, name=stem.replace("-", "_")), stem)
+
     def empty(self) -> Timed:
         """A near-empty model (one ReLU on four numbers): the per-invoke cost of the runtime."""
         return self.kernel(KernelConfig("relu", 1, 1, 4), stem="empty")

@@ -7,7 +7,8 @@ The build (nn-Meter's adaptive sampling, with LETI's uncertainty) runs in rounds
    type (:class:`~leti.predict.kernels.sampler.KernelSampler`), as many per type as its weight: its share of
    the kernels of real networks and of their latency;
 1. the calibration models (:mod:`.calibration`), timed end to end, once (a continued build asked for more
-   adds the missing ones);
+   adds the missing ones), and with ``--networks N`` as many random whole networks
+   (:mod:`leti.models.random_networks`), on which the overhead is then fitted;
 2. each round fits the per-type regressors, cross-validates them per type, and plans the next round: its
    kernels go to the types with the largest latency-weighted CV error (times their weight), and within a type to the
    candidates with the largest predicted uncertainty (the bagged members' spread) among fresh draws and
@@ -99,7 +100,9 @@ def _measure_pending(store: BuildStore, bench, clock: _Clock, reserve_s: float, 
             return False
         start = time.perf_counter()
         try:
-            if item["kind"] == "calibration":
+            if item["kind"] == "network":
+                timed = bench.network(item["config"]["params"], stem=item["name"])
+            elif item["kind"] == "calibration":
                 steps = [KernelConfig.from_dict(d) for d in item["config"]["steps"]]
                 timed = bench.chain(steps, seed=int(item["config"]["seed"]), stem=item["name"])
             else:
@@ -169,8 +172,19 @@ def plan_calibration(store: BuildStore, types: list[str], weights: dict[str, flo
     return store.plan("calibration", chains, max(len(store.rounds()) - 1, 0))
 
 
+def plan_networks(store: BuildStore, n: int, seed: int) -> int:
+    """Plan the calibration networks up to ``n`` in all (``net-000`` ...; :mod:`leti.models.random_networks`),
+    as :func:`plan_calibration` does the chains. Returns how many were added."""
+    from leti.models.random_networks import network_params
+
+    if n <= sum(store.counts().get("network", {}).values()):
+        return 0
+    nets = [(f"net-{i:03d}", "network", "network", {"params": network_params(seed * 100_003 + i)}) for i in range(n)]
+    return store.plan("network", nets, max(len(store.rounds()) - 1, 0))
+
+
 def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed: int = 0, threads: int = 1,
-                           kernel_types: list[str] | None = None, n_calibration: int = 40,
+                           kernel_types: list[str] | None = None, n_calibration: int = 40, n_networks: int = 60,
                            initial_per_type: int = 24, detect: bool = True, protocol=None,
                            notify: Callable[[float, float, str], None] = lambda _s, _b, _m: None) -> BuildReport:
     """Build (or continue building) the kernel predictor of ``device`` (a name for
@@ -229,6 +243,9 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
                 plan_calibration(store, types, weights, n_calibration, seed)
             if ok:
                 ok = _measure_pending(store, bench, clock, reserve(), tick, "calibration")
+            if ok and n_networks:
+                plan_networks(store, n_networks, seed)
+                ok = _measure_pending(store, bench, clock, reserve(), tick, "network")
             if not ok:
                 break
             # fit, cross-validate, plan the next round
@@ -256,15 +273,17 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         if table.empty:
             raise LetiError(f"no kernel was measured within {budget_minutes:g} minutes; give a larger --budget-minutes")
         cal_kernels, cal = calibration_tables(store, runtime)
-        predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules))
-        _save(out, predictor, table, cal, cal_kernels)
+        net_kernels, nets = calibration_tables(store, runtime, "network")
+        predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets)
+        _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         cv = store.get("cv", {})
         if store.get("cv_rows") != len(table):  # kernels measured since the last round's fit
             cv = cv_by_type(table, ROUND_PARAMS, seed)[0]
         clock.save()
         counts = store.counts()
-        return BuildReport(out, table.kernel_type.value_counts().to_dict(), clock.spent / 60.0, cv, len(cal), rules,
-                           len(store.rounds()), clock.left(), counts.get("kernel", {}).get("pending", 0), notes)
+        return BuildReport(out, table.kernel_type.value_counts().to_dict(), clock.spent / 60.0, cv,
+                           len(cal) + len(nets), rules, len(store.rounds()), clock.left(),
+                           counts.get("kernel", {}).get("pending", 0), notes)
 
 
 def _real_latency(sampler, regressors) -> np.ndarray | None:
@@ -278,7 +297,8 @@ def _real_latency(sampler, regressors) -> np.ndarray | None:
     return ms
 
 
-def _save(out: Path, predictor, table: pd.DataFrame, cal: pd.DataFrame, cal_kernels: pd.DataFrame) -> None:
+def _save(out: Path, predictor, table: pd.DataFrame, cal: pd.DataFrame, cal_kernels: pd.DataFrame,
+          nets: pd.DataFrame, net_kernels: pd.DataFrame) -> None:
     """The predictor's files and the tables, the manifest last (a half-written folder is no predictor)."""
     import shutil
     import tempfile
@@ -291,4 +311,7 @@ def _save(out: Path, predictor, table: pd.DataFrame, cal: pd.DataFrame, cal_kern
         cal.to_parquet(out / "calibration.parquet", index=False)
         if len(cal_kernels):
             cal_kernels.to_parquet(out / "calibration_kernels.parquet", index=False)
+        if len(nets):
+            nets.to_parquet(out / "networks.parquet", index=False)
+            net_kernels.to_parquet(out / "network_kernels.parquet", index=False)
         (Path(tmp) / "p" / "manifest.json").replace(out / "manifest.json")

@@ -28,6 +28,11 @@ MIN_CV_ROWS = 8
 #: (measured: 40 chains, the six under 0.05 ms off by 1.5-2x, pulled the sum's coefficient to 0.82 and real
 #: networks 10% low)
 MIN_CALIBRATION_MS = 0.5
+#: calibration networks from which the overhead is fitted on them and not on the chains. Why networks win:
+#: chains of a few random kernels put each kernel in another setting than a network does (measured on the
+#: zoo's dev split: chains scale the sum of kernels by 0.98, real networks want 1.03, and per type from 0.6
+#: for grouped convolutions to 1.1 for convolutions)
+MIN_NETWORKS = 20
 
 
 def reference_ms(store: BuildStore) -> float:
@@ -63,9 +68,10 @@ def kernel_table(store: BuildStore, runtime: str) -> pd.DataFrame:
     return table[np.isfinite(table.latency_ms) & (table.latency_ms > 0)].reset_index(drop=True)
 
 
-def calibration_tables(store: BuildStore, runtime: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the calibration models' kernel rows, their ``model, latency_ms, n_kernels, device`` table)."""
-    items = store.measured("calibration")
+def calibration_tables(store: BuildStore, runtime: str, kind: str = "calibration") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the calibration models' kernel rows, their ``model, latency_ms, n_kernels, device`` table); ``kind``
+    ``network``: the calibration networks'."""
+    items = store.measured(kind)
     if items.empty:
         return pd.DataFrame(), pd.DataFrame({"model": [], "latency_ms": [], "n_kernels": [], "device": []})
     ref = reference_ms(store)
@@ -125,12 +131,26 @@ def predicted_log_std(regressors: KernelRegressors, configs: list[KernelConfig])
     return regressors.predict(rows)[1]
 
 
-def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
-              rules: FusionRules) -> tuple[KernelLatencyPredictor, list[str]]:
+def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame, rules: FusionRules,
+              net_kernels: pd.DataFrame | None = None, nets: pd.DataFrame | None = None,
+              ) -> tuple[KernelLatencyPredictor, list[str]]:
     """The predictor on every kernel (KernelRegressors' default settings), its overhead fitted on the
-    calibration models (per-type kernel counts among the terms only with enough models for them)."""
+    calibration networks when there are :data:`MIN_NETWORKS` of them (per-type scales among the options),
+    else on the calibration chains (per-type kernel counts among the terms only with enough models)."""
     notes: list[str] = []
     predictor = fit_kernel_predictor(table[[c for c in COLUMNS if c in table]], rules=rules)
+    if nets is not None and len(nets) >= MIN_NETWORKS:
+        rows = predictor.predict_kernels(net_kernels, allow_unknown=True, where="calibration networks")
+        agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
+        agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
+        predictor.overhead = Overhead().fit(agg, nets.set_index("model").latency_ms.loc[agg.index].to_numpy(),
+                                            per_type=True)
+        notes.append(f"overhead fitted on {len(nets)} calibration networks: {' + '.join(predictor.overhead.terms)} "
+                     f"(leave-one-out log RMS {predictor.overhead.resid_std:.3f})")
+        return predictor, notes
+    if nets is not None and len(nets):
+        notes.append(f"only {len(nets)} calibration networks (the overhead takes them from {MIN_NETWORKS}): "
+                     "fitted on the chains")
     small = cal.latency_ms < MIN_CALIBRATION_MS
     if small.any():
         notes.append(f"{int(small.sum())} of {len(cal)} calibration models under {MIN_CALIBRATION_MS} ms left out of "

@@ -25,7 +25,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind TEXT NOT NULL,                     -- kernel | calibration | probe
+    kind TEXT NOT NULL,                     -- kernel | calibration | network | probe
     name TEXT NOT NULL UNIQUE,
     round INTEGER NOT NULL,
     origin TEXT NOT NULL,                   -- real | uniform | adaptive | calibration | probe
