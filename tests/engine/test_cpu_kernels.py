@@ -301,3 +301,21 @@ def test_im2col_copies_every_window_with_zero_padding(rng, shape, k, stride, pad
     ref = np.stack([xp[:, i * dil: i * dil + (oh - 1) * stride + 1: stride, j * dil: j * dil + (ow - 1) * stride + 1: stride]
                     for i in range(k) for j in range(k)], axis=3).reshape(nb * oh * ow, k * k * c)
     np.testing.assert_array_equal(col, ref)
+
+
+def test_square_roots_of_negatives_give_nan_silently_as_tflite_does():
+    """rsqrt/sqrt of a negative input is NaN, of zero inf/0, with no NumPy warning (a kernel build times them on
+    random inputs; the warnings flooded its output)."""
+    import warnings
+
+    x = np.array([[-4.0, 0.0, 4.0]], np.float32)
+    for op, want in (("rsqrt", [np.nan, np.inf, 0.5]), ("sqrt", [np.nan, 0.0, 2.0])):
+        g = Graph()
+        g.add_tensor("x", (1, 3))
+        g.add_tensor("y", (1, 3))
+        g.inputs, g.outputs = ["x"], ["y"]
+        g.add_node(op, ["x"], ["y"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = Session(g, backends=("cpu",), threads=1).resize().run({"x": x})["y"]
+        np.testing.assert_array_equal(got[0], np.array(want, np.float32))

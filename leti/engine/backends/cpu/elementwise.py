@@ -64,12 +64,19 @@ def _gelu(x, y, attrs):
 
 
 def _rsqrt(x, y, attrs):
-    np.sqrt(x, out=y)
-    np.reciprocal(y, out=y)
+    # a negative input gives NaN and zero gives inf, as TFLite's kernels do: silently (NumPy would warn)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        np.sqrt(x, out=y)
+        np.reciprocal(y, out=y)
+
+
+def _sqrt(x, y, attrs):
+    with np.errstate(invalid="ignore"):
+        np.sqrt(x, out=y)
 
 
 UNARY = {"sigmoid": _sigmoid, "hard_sigmoid": _hard_sigmoid, "hard_swish": _hard_swish, "gelu": _gelu,
-         "tanh": lambda x, y, a: np.tanh(x, out=y), "rsqrt": _rsqrt, "sqrt": lambda x, y, a: np.sqrt(x, out=y),
+         "tanh": lambda x, y, a: np.tanh(x, out=y), "rsqrt": _rsqrt, "sqrt": _sqrt,
          "neg": lambda x, y, a: np.negative(x, out=y), "exp": lambda x, y, a: np.exp(x, out=y),
          "abs": lambda x, y, a: np.abs(x, out=y)}
 for _name, _body in UNARY.items():
