@@ -183,7 +183,7 @@ def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf):
     from leti.models.random_networks import network_params
     from leti.predict.kernels.build import build_kernel_predictor
 
-    report = build_kernel_predictor("local", tmp_path / "kp", 1.5, kernel_types=["relu"], n_calibration=0,
+    report = build_kernel_predictor("local", tmp_path / "kp", 0.9, kernel_types=["relu"], n_calibration=0,
                                     n_networks=3, initial_per_type=4, detect=False, seed=2)
     nets = pd.read_parquet(tmp_path / "kp" / "networks.parquet")
     kernels = pd.read_parquet(tmp_path / "kp" / "network_kernels.parquet")
