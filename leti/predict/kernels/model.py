@@ -21,8 +21,10 @@ Fitted on whole networks (a kernel build's calibration networks, :mod:`leti.mode
 options also include one scale per kernel type, ``Σ_type s_type * (predicted ms of that type)`` in place of
 ``a * sum``, each pulled towards the common scale (ridge rows; the pull, too, chosen by leave-one-out), kernels
 of a type the fit never saw scaled by the common scale (``ms:rest``), and a per-kernel saving (``-k * kernels``:
-a kernel timed alone carries costs it does not have inside a network). Measured on the local CPU's zoo:
-Acc@10 71 -> 79 %, the bias of a conv2d-heavy or grouped-convolution network gone.
+a kernel timed alone carries costs it does not have inside a network); among those the simplest option within
+one standard error of the lowest leave-one-out error is taken. On the local CPU's networks that is
+``1.03 * sum + 0.01 ms/MB * weights - 1 µs * kernels`` (the per-type scales fitted the random networks' quirks and
+did not carry over to the zoo; ``benchmarks/results/zoo_kernels_local_cpu.md``).
 Its leave-one-model-out log residual spread, with the kernel
 regressors' bagging spread, is the model prediction's uncertainty (log-normal; ``low_ms``/``high_ms`` bound
 90%). Without end-to-end latencies the overhead is the identity (latency = sum) and only the kernels'
@@ -56,35 +58,41 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame
     """Per model: the sum of kernel ms (``sum_ms``), MB of activations written (``bytes_out_mb``), MB of
     weights (``weights_mb``), MB of weights per output pixel (``stream_mb``), the number of kernels of each
     type (``n:<type>``) and their predicted ms (``ms:<type>``)."""
-    t = table.assign(_ms=kernel_ms)
-    g = t.groupby("model", sort=False)
-    agg = pd.DataFrame({"sum_ms": g["_ms"].sum(), "bytes_out_mb": g["bytes_out"].sum() / 1e6,
-                        "kernels": g["_ms"].size().astype(np.float64)})
-    if "bytes_weights" in t:
-        pixels = np.maximum(t["output_h"].to_numpy(np.float64) * t["output_w"].to_numpy(np.float64), 1.0)
-        agg["weights_mb"] = g["bytes_weights"].sum() / 1e6
-        agg["stream_mb"] = t.assign(_s=t["bytes_weights"].to_numpy(np.float64) / pixels).groupby(
-            "model", sort=False)["_s"].sum() / 1e6
-    counts = pd.crosstab(t["model"], t["kernel_type"]).reindex(agg.index)
-    for k in counts.columns:
-        agg[f"n:{k}"] = counts[k].to_numpy(np.float64)
-    per_type = t.pivot_table(index="model", columns="kernel_type", values="_ms", aggfunc="sum", fill_value=0.0)
-    for k in per_type.columns:
-        agg[f"ms:{k}"] = per_type[k].reindex(agg.index).fillna(0.0).to_numpy(np.float64)
-    return agg
+    # every sum by np.bincount over model (and model × type) codes: pandas' grouping, crosstab and pivot_table took
+    # ~15 ms for a single model, on every prediction
+    m, models = pd.factorize(table["model"], sort=False)  # models in order of appearance
+    types, k = np.unique(table["kernel_type"].astype(str).to_numpy(), return_inverse=True)
+    n = len(models)
+    ms = np.asarray(kernel_ms, np.float64)
+    total = lambda w: np.bincount(m, weights=w, minlength=n)  # noqa: E731
+    cols = {"sum_ms": total(ms), "bytes_out_mb": total(table["bytes_out"].to_numpy(np.float64)) / 1e6,
+            "kernels": total(None).astype(np.float64)}
+    if "bytes_weights" in table:
+        weights = table["bytes_weights"].to_numpy(np.float64)
+        pixels = np.maximum(table["output_h"].to_numpy(np.float64) * table["output_w"].to_numpy(np.float64), 1.0)
+        cols["weights_mb"], cols["stream_mb"] = total(weights) / 1e6, total(weights / pixels) / 1e6
+    cell = m * len(types) + k
+    count = np.bincount(cell, minlength=n * len(types)).reshape(n, len(types)).astype(np.float64)
+    per = np.bincount(cell, weights=ms, minlength=n * len(types)).reshape(n, len(types))
+    cols.update({f"n:{t}": count[:, j] for j, t in enumerate(types)})
+    cols.update({f"ms:{t}": per[:, j] for j, t in enumerate(types)})
+    return pd.DataFrame(cols, index=pd.Index(models, name="model"))
 
 
 #: cache terms the overhead may take (one or both): MB of weights, MB of weights per output pixel
 CACHE_TERMS = ("weights_mb", "stream_mb")
 #: relative drop of the leave-one-out spread a cache term must bring to enter
 CACHE_GAIN = 0.01
+#: leave-one-out spreads closer than this (log ratio) are a tie: an exact fit scores ~1e-16, and which of two
+#: exact options scores lower is rounding, not evidence
+LOO_TIE = 1e-9
 #: the term of the kernels whose type has no scale of its own (its scale: the common one)
 REST = "ms:rest"
 #: minus the number of kernels: what a kernel timed alone costs beyond its share in a network (its slice of
 #: the invoke, below what the near-empty probe subtracts); measured on small calibration networks
 SAVED = "saved_per_kernel"
 #: weights pulling per-type scales towards the common scale (as many models' worth of relative error),
-#: strongest first: a weaker pull must lower the leave-one-out error by CACHE_GAIN to be taken
+#: strongest (simplest) first, as the one-standard-error rule wants them ordered
 PER_TYPE_PULL = (10.0, 1.0, 0.1, 0.01)
 
 
@@ -136,12 +144,6 @@ class Overhead:
         return np.array([np.log(y[i] / max(float(a[i] @ cls._nnls(np.delete(a, i, 0), np.delete(y, i), prior)),
                                            1e-9)) for i in range(len(y))])
 
-    @classmethod
-    def _loo(cls, a: np.ndarray, y: np.ndarray, prior: tuple | None = None) -> float:
-        """RMS of the leave-one-model-out log ratios; NaN with too few models."""
-        r = cls._loo_residuals(a, y, prior)
-        return float("nan") if r is None else float(np.sqrt(np.mean(np.square(r))))
-
     def fit(self, agg: pd.DataFrame, e2e_ms: np.ndarray, per_type: bool = False) -> Overhead:
         """Choose the terms by leave-one-model-out error and fit them; ``per_type``: also try one scale per
         kernel type (``ms:<type>``, pulled towards the common scale, the pull chosen the same way) and a
@@ -168,13 +170,13 @@ class Overhead:
             # dozens of flexible options: the lowest leave-one-out error is partly luck, so the simplest option
             # within one standard error of it is taken (the one-standard-error rule)
             low = int(np.nanargmin(mse))
-            bar = mse[low] + float(np.std(np.square(resid[low]))) / np.sqrt(len(y))
+            bar = mse[low] + float(np.std(np.square(resid[low]))) / np.sqrt(len(y)) + LOO_TIE ** 2
             best = next(i for i in range(len(options)) if mse[i] <= bar)
         else:
             # each option's leave-one-model-out spread: the spread a new model's prediction has; the lowest wins
             # (a more complex option must lower it by CACHE_GAIN to be taken)
             for i in range(1, len(options)):
-                if np.sqrt(mse[i]) < np.sqrt(mse[best]) * (1 - CACHE_GAIN):  # False for NaN: too few models
+                if np.sqrt(mse[i]) < np.sqrt(mse[best]) * (1 - CACHE_GAIN) - LOO_TIE:  # False for NaN (too few models)
                     best = i
         self.terms, prior = options[best]
         self.coef, self.n_models = self._nnls(self._design(agg, self.terms), y, prior).tolist(), len(y)
