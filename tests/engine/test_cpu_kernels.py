@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from leti.engine.backends.cpu import CPUBackend, blas
+from leti.engine.backends.cpu import CPUBackend, blas, cgemm
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.graph import Graph
 from leti.engine.reference import run_reference
@@ -74,12 +74,19 @@ def test_gemv_splits_the_outputs(rng, act):
     assert rel_err(y, ref) < TOL
 
 
-@pytest.mark.parametrize("use_mkl", [False, pytest.param(True, marks=needs_mkl)])
-def test_sessions_agree_with_the_reference_on_either_blas(rng, monkeypatch, use_mkl):
+needs_leti = pytest.mark.skipif(cgemm.library() is None, reason="LETI's GEMM unavailable here")
+
+
+@pytest.mark.parametrize("path", [pytest.param("leti", marks=needs_leti), pytest.param("mkl", marks=needs_mkl),
+                                  "openblas"])
+def test_sessions_agree_with_the_reference_on_every_gemm(rng, monkeypatch, path):
     """A 1×1 conv (gemm), a 3×3/s2 conv (im2col) and a dense head at batch 1 (gemv) and 3 (gemm)
-    through the BLAS chosen at resize: MKL, or OpenBLAS when no MKL is found."""
-    if not use_mkl:
+    through the GEMM chosen at resize: LETI's own, else MKL, else OpenBLAS."""
+    if path != "leti":
+        monkeypatch.setattr(cgemm, "library", lambda: None)
+    if path == "openblas":
         monkeypatch.setattr(blas, "mkl", lambda: None)
+    assert blas.name() == path
     for batch in (1, 3):
         g = Graph()
         for name, shape in (("x", (batch, 9, 9, 5)), ("y1", (batch, 9, 9, 12)), ("y2", (batch, 5, 5, 7)),

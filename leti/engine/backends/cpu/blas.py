@@ -1,4 +1,5 @@
-"""Which BLAS the CPU backend's matrix products use: MKL when one is in reach, scipy's OpenBLAS
+"""The BLAS the CPU backend's matrix products fall back to where LETI's own kernel (:mod:`.cgemm`)
+cannot build, or with ``LETI_BLAS=mkl|openblas``: MKL when one is in reach, scipy's OpenBLAS
 otherwise (MKL's SGEMM was 1.1–1.6× faster on MobileNet's 1×1 shapes; ``docs/engine.md``).
 
 MKL comes from torch's CPU wheel (``libtorch_cpu.so`` exports the Fortran-style BLAS entry points),
@@ -6,7 +7,7 @@ loaded with llvmlite so numba kernels call ``sgemm_`` by symbol name and stay ca
 Every call sets MKL's thread-local thread count to one first: the products run inside numba's
 thread pool, one block per thread, and must not open an OpenMP team of their own.
 
-``LETI_BLAS=openblas`` forces the fallback; the tests run both paths.
+``LETI_BLAS=openblas`` forces OpenBLAS, ``LETI_BLAS=mkl`` MKL; the tests run all three paths.
 """
 
 from __future__ import annotations
@@ -63,5 +64,9 @@ def mkl() -> Path | None:
 
 
 def name() -> str:
-    """The BLAS the CPU backend's GEMMs use now: ``mkl`` or ``openblas``."""
+    """What the CPU backend's GEMMs use now: ``leti`` (its own kernel, :mod:`.cgemm`), ``mkl`` or ``openblas``."""
+    from leti.engine.backends.cpu import cgemm
+
+    if cgemm.library() is not None:
+        return "leti"
     return "mkl" if mkl() is not None else "openblas"

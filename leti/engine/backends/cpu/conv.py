@@ -2,7 +2,7 @@
 
 * ``gemm`` / ``strassen`` — 1×1 stride-1 convolutions are one matrix product over the NHWC data
   (no copy), optionally with Strassen levels;
-* ``winograd`` — F(n×n, k×k) with the generated A, B, G: numba input transform, α² BLAS products
+* ``winograd`` — F(n×n, k×k) with the generated A, B, G: numba input transform, α² matrix products
   against the pre-transformed filter ``U = G W Gᵀ`` (one per position, split over numba's
   threads), numba output transform with the bias and activation fused;
 * ``im2col`` — the sliding-window scheme for everything else (strides, dilations, n̂ = 1): numba
@@ -10,10 +10,11 @@
 * depthwise convolutions run a direct numba kernel (3×3 stride 1: fused taps over whole rows;
   other 3×3: fused taps per pixel, :mod:`.dwconv`).
 
-Every matrix product runs as single-threaded BLAS calls inside numba's thread pool
-(:func:`gemm_runner`, :func:`kernels.batched_gemm`; MKL's SGEMM where available, see :mod:`.blas`) with the bias and activation applied
-to each row block while it is in cache: one pool of threads for the whole model, so BLAS threads
-and numba threads never compete for the same cores.
+Every matrix product runs as single-threaded calls inside numba's thread pool (:func:`gemm_runner`):
+LETI's own kernel with pre-packed weights and the bias and activation fused (:mod:`.cgemm`) where
+it builds, else MKL's or OpenBLAS's SGEMM (:mod:`.blas`) with the epilogue applied to each row block
+while it is in cache. One pool of threads for the whole model, so BLAS threads and numba threads
+never compete for the same cores.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
-from leti.engine.backends.cpu import blas
+from leti.engine.backends.cpu import blas, cgemm
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.backends.cpu.dwconv import depthwise3x3, depthwise3x3_rows
 from leti.engine.ops.conv2d import geometry
@@ -36,10 +37,19 @@ TILED_BYTES_MAX = 8 << 20
 
 
 def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
-    """``f(a, y)``: ``y = act(a @ w2 + bias)`` over numba's threads through the BLAS in use
-    (:mod:`.blas`), with the weights ``w2`` (k × n) stored once as that BLAS reads them fastest:
-    row-major for MKL, column-major for OpenBLAS (which packs a transposed B faster, what matters
-    most for the few-row products of small feature maps)."""
+    """``f(a, y)``: ``y = act(a @ w2 + bias)`` over numba's threads through the GEMM in use
+    (:func:`blas.name`), with the weights ``w2`` (k × n) stored once as that GEMM reads them fastest:
+    packed panels for LETI's own kernel (:mod:`.cgemm`), row-major for MKL, column-major for OpenBLAS
+    (which packs a transposed B faster, what matters most for the few-row products of small maps)."""
+    if cgemm.library() is not None:
+        n = w2.shape[1]
+        bp = cgemm.pack(w2)
+        bpad = cgemm.pad_bias(bias, n) if has_bias else _EMPTY
+
+        def run_leti(a, y):
+            K.gemm_leti_bias_act(a, bp, y, bpad, has_bias, act, numba.get_num_threads())
+
+        return run_leti
     if blas.mkl() is not None:
         wc, one = np.ascontiguousarray(w2, dtype=np.float32), blas.ONE_THREAD
 
@@ -101,7 +111,16 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         at, bt, g = winograd_matrices(n, kh)
         alpha = n + kh - 1
         u = np.einsum("ai,bj,ijco->abco", g, g, w.astype(np.float64)).reshape(alpha * alpha, ic, oc)
-        ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)  # per position (oc, ic)
+        if cgemm.library() is not None:
+            up = cgemm.pack(u)  # per position (panels, ic, 16)
+
+            def products(v, m):
+                K.batched_gemm_leti(v, up, m)
+        else:
+            ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)  # per position (oc, ic)
+
+            def products(v, m):
+                K.batched_gemm(v, ut, m)
         at32, bt32 = at.astype(np.float32), bt.astype(np.float32)
         th, tw = -(-oh // n), -(-ow // n)
         tiles = x_shape[0] * th * tw
@@ -113,7 +132,7 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
             m = scratch[1].view(np.float32).reshape(alpha * alpha, tiles, oc)
             threads = numba.get_num_threads()
             K.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads)
-            K.batched_gemm(v, ut, m)
+            products(v, m)
             K.winograd_output(m, at32, outs[0], bias, has_bias, act, th, tw, threads)
 
         return Execution(run_winograd, scratch=(v_bytes, m_bytes))

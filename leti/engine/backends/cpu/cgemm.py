@@ -1,0 +1,138 @@
+"""LETI's own SGEMM (``csrc/gemm.c``: AVX2 + FMA, weights packed once, bias and activation fused into
+the micro-kernel's store), built with the machine's C compiler at first use.
+
+Why not a BLAS: the engine's weights are constants and its shapes static, so B can be packed once at
+resize instead of on every call, and the epilogue can run while the output block is still in
+registers. On this project's Zen 3 host (one thread) that made the products of MobileNet and NB101
+shapes 1.03–1.7× faster than MKL's SGEMM, and it spares loading MKL (~90 MiB) at all
+(``benchmarks/bench_cpu_gemm.py``, ``docs/engine.md``).
+
+The shared library lands in ``$LETI_CACHE_DIR`` (default ``~/.cache/leti``), named by a hash of the
+source and the flags, written under a temporary name and renamed, so concurrent first uses (test
+workers) never see half a file. It is loaded into numba's JIT with llvmlite, like MKL in
+:mod:`.blas`: numba kernels call ``leti_sgemm`` by symbol and stay cacheable on disk.
+
+Unavailable (``library()`` is None, :attr:`reason` says why) off x86-64 Linux, without AVX2/FMA,
+without a C compiler, or with ``LETI_BLAS=mkl`` / ``LETI_BLAS=openblas``; the engine then uses a BLAS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from numba import types
+
+SOURCE = Path(__file__).with_name("csrc") / "gemm.c"
+FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
+#: the micro-kernel's block: MR rows of a by NR packed columns of B
+MR, NR = 6, 16
+ALIGN = 32
+
+_p = types.intp
+#: ``leti_sgemm(m, n, k, a, lda, b_packed, y, ldy, bias_or_0, act)``; pointers travel as integers
+sgemm = types.ExternalFunction("leti_sgemm", types.void(*([_p] * 10)))
+
+reason = ""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("LETI_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "leti")
+    return Path(root)
+
+
+def _cpu_supported() -> str:
+    """'' when this CPU runs the kernel, else why not."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"not x86-64 Linux ({platform.system()} {platform.machine()})"
+    try:
+        flags = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
+    except OSError as e:
+        return f"cannot read /proc/cpuinfo ({e})"
+    missing = [f for f in ("avx2", "fma") if f not in flags.split()]
+    return f"CPU lacks {', '.join(missing)}" if missing else ""
+
+
+def _build(out: Path) -> str:
+    """Compile the library to ``out``; '' on success, else why not."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return "no C compiler (cc) on PATH"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
+        if r.returncode != 0:
+            return f"{cc} failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}"
+        os.replace(tmp, out)
+        return ""
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@lru_cache(maxsize=1)
+def library() -> Path | None:
+    """The built library, loaded for numba's JIT, or None (see :data:`reason`)."""
+    global reason
+    if os.environ.get("LETI_BLAS", "").lower() in ("mkl", "openblas"):
+        reason = f"LETI_BLAS={os.environ['LETI_BLAS']}"
+        return None
+    reason = _cpu_supported()
+    if reason:
+        return None
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    path = cache_dir() / f"leti_gemm-{digest}.so"
+    if not path.is_file():
+        reason = _build(path)
+        if reason:
+            return None
+    import ctypes
+
+    import llvmlite.binding as llb
+
+    try:
+        if not hasattr(ctypes.CDLL(str(path)), "leti_sgemm"):
+            reason = f"{path} lacks leti_sgemm"
+            return None
+        llb.load_library_permanently(str(path))
+    except OSError as e:
+        reason = f"cannot load {path}: {e}"
+        return None
+    return path
+
+
+def _aligned(shape: tuple[int, ...]) -> np.ndarray:
+    size = int(np.prod(shape))
+    buf = np.empty(size + ALIGN // 4, dtype=np.float32)
+    off = (-buf.ctypes.data % ALIGN) // 4
+    return buf[off:off + size].reshape(shape)
+
+
+def pack(w: np.ndarray) -> np.ndarray:
+    """Weights ``w`` (k × n) as the kernel reads them: ``(ceil(n/16), k, 16)``, zero-padded, 32-byte aligned.
+    A stack of matrices ``(P, k, n)`` packs to ``(P, ceil(n/16), k, 16)`` (each one aligned too)."""
+    w = np.asarray(w, dtype=np.float32)
+    *lead, k, n = w.shape
+    panels = -(-n // NR)
+    padded = np.zeros((*lead, k, panels * NR), np.float32)
+    padded[..., :n] = w
+    out = _aligned((*lead, panels, k, NR))
+    out[...] = np.moveaxis(padded.reshape(*lead, k, panels, NR), -2, -3)
+    return out
+
+
+def pad_bias(bias: np.ndarray, n: int) -> np.ndarray:
+    """The bias zero-padded to whole panels (the kernel reads 16 at a time)."""
+    out = np.zeros(-(-n // NR) * NR, np.float32)
+    out[:n] = np.asarray(bias, dtype=np.float32).reshape(-1)[:n]
+    return out

@@ -1,0 +1,130 @@
+/* LETI's own single-precision GEMM for the CPU backend (AVX2 + FMA), with the bias and activation
+ * fused into the micro-kernel's store.
+ *
+ *   y[m x n] = act(a[m x k] . B[k x n] + bias)
+ *
+ * B is the layer's weights, packed once when a session is prepared (the shapes are static): panels
+ * of NR = 16 columns, each panel k x 16 contiguous and zero-padded past n (cgemm.pack). a and y
+ * are row-major with row strides lda / ldy, used in place: an NHWC feature map is already the
+ * (pixels x channels) matrix, so nothing is copied on the activation side.
+ *
+ * Blocking (Zen 3: 32 KiB L1d, 512 KiB L2 per core): k in blocks of KC = 256 (a 16 KiB B
+ * micro-panel stays in L1 while six rows of a stream past it), panels in chunks of PC = 16 (256 KiB
+ * of B in L2, reused by every row group). The micro-kernel keeps a 6 x 16 block of y in 12 ymm
+ * registers: per k, two loads of B, six broadcasts of a, twelve FMAs. Rows past a multiple of 6
+ * run the same kernel with fewer rows; columns past n are computed against the zero padding and
+ * stored with a mask. Later k blocks add to what the earlier ones stored; the last one applies the
+ * bias and the activation (0 none, 1 relu, 2 relu6) before its store, while the block is still in
+ * registers.
+ *
+ * One call is single-threaded: the engine splits rows (or panels, for few rows) over numba's
+ * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/cgemm.py.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+#define MR 6
+#define NR 16
+#define KC 256
+#define PC 16
+
+static inline __m256i tail_mask(int64_t cols) {
+    /* lanes 0..cols-1 set (cols in 0..8) */
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cols), idx);
+}
+
+static inline __attribute__((always_inline)) __m256 finish(__m256 v, __m256 b, int64_t act) {
+    v = _mm256_add_ps(v, b);
+    if (act >= 1) v = _mm256_max_ps(v, _mm256_setzero_ps());
+    if (act == 2) v = _mm256_min_ps(v, _mm256_set1_ps(6.0f));
+    return v;
+}
+
+#define ROW(r)                                                                                      \
+    if (mr > r) {                                                                                   \
+        __m256 av = _mm256_broadcast_ss(a + r * lda + p);                                           \
+        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                 \
+        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                                 \
+    }
+
+#define STORE(r)                                                                                    \
+    if (mr > r) {                                                                                   \
+        float *yr = y + r * ldy;                                                                    \
+        if (nr == NR) {                                                                             \
+            if (!first) {                                                                           \
+                c##r##0 = _mm256_add_ps(c##r##0, _mm256_loadu_ps(yr));                              \
+                c##r##1 = _mm256_add_ps(c##r##1, _mm256_loadu_ps(yr + 8));                          \
+            }                                                                                       \
+            if (last) {                                                                             \
+                c##r##0 = finish(c##r##0, bias0, act);                                              \
+                c##r##1 = finish(c##r##1, bias1, act);                                              \
+            }                                                                                       \
+            _mm256_storeu_ps(yr, c##r##0);                                                          \
+            _mm256_storeu_ps(yr + 8, c##r##1);                                                      \
+        } else {                                                                                    \
+            if (!first) {                                                                           \
+                c##r##0 = _mm256_add_ps(c##r##0, _mm256_maskload_ps(yr, m0));                       \
+                c##r##1 = _mm256_add_ps(c##r##1, _mm256_maskload_ps(yr + 8, m1));                   \
+            }                                                                                       \
+            if (last) {                                                                             \
+                c##r##0 = finish(c##r##0, bias0, act);                                              \
+                c##r##1 = finish(c##r##1, bias1, act);                                              \
+            }                                                                                       \
+            _mm256_maskstore_ps(yr, m0, c##r##0);                                                   \
+            _mm256_maskstore_ps(yr + 8, m1, c##r##1);                                               \
+        }                                                                                           \
+    }
+
+/* y[mr x nr] (op)= a[mr x kc] . b[kc x 16]; mr is a compile-time constant after inlining */
+static inline __attribute__((always_inline)) void
+micro(const int mr, int64_t kc, const float *restrict a, int64_t lda, const float *restrict b, float *restrict y,
+      int64_t ldy, int64_t nr, int first, int last, const float *bias, int64_t act) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int64_t p = 0; p < kc; ++p) {
+        __m256 b0 = _mm256_load_ps(b + p * NR);
+        __m256 b1 = _mm256_load_ps(b + p * NR + 8);
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+    }
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
+    if (last && bias) {
+        bias0 = _mm256_loadu_ps(bias);
+        bias1 = _mm256_loadu_ps(bias + 8);
+    }
+    __m256i m0 = tail_mask(nr < 8 ? nr : 8), m1 = tail_mask(nr > 8 ? nr - 8 : 0);
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+}
+
+/* y = act(a . B + bias) for rows 0..m-1 and columns 0..n-1; bp: packed B (cgemm.pack, 32-byte
+ * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded). */
+void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
+                int64_t ldy, const float *bias, int64_t act) {
+    int64_t panels = (n + NR - 1) / NR;
+    for (int64_t k0 = 0; k0 < k; k0 += KC) {
+        int64_t kc = k - k0 < KC ? k - k0 : KC;
+        int first = k0 == 0, last = k0 + kc >= k;
+        for (int64_t q0 = 0; q0 < panels; q0 += PC) {
+            int64_t q1 = q0 + PC < panels ? q0 + PC : panels;
+            for (int64_t i = 0; i < m; i += MR) {
+                int64_t rows = m - i < MR ? m - i : MR;
+                const float *ai = a + i * lda + k0;
+                for (int64_t q = q0; q < q1; ++q) {
+                    int64_t nr = n - q * NR < NR ? n - q * NR : NR;
+                    const float *bq = bp + (q * k + k0) * NR;
+                    float *yq = y + i * ldy + q * NR;
+                    const float *bs = bias ? bias + q * NR : 0;
+                    switch (rows) {
+                    case 6: micro(6, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
+                    case 5: micro(5, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
+                    case 4: micro(4, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
+                    case 3: micro(3, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
+                    case 2: micro(2, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
+                    default: micro(1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+"""LETI's own SGEMM (leti/engine/backends/cpu/csrc/gemm.c): built with the machine's compiler, its
+packing, the row/panel split over threads, the k blocks and the fused epilogue, against NumPy; and
+why it is unavailable when it is."""
+
+import numpy as np
+import pytest
+
+from leti.engine.backends.cpu import blas, cgemm
+from leti.engine.backends.cpu import kernels as K
+from tests.engine.conftest import rel_err
+
+TOL = 1e-5
+needs_leti = pytest.mark.skipif(cgemm.library() is None, reason=f"LETI's GEMM unavailable here: {cgemm.reason}")
+
+
+def _ref(a, w, bias, act):
+    r = a.astype(np.float64) @ w + (0 if bias is None else bias)
+    return {0: r, 1: np.maximum(r, 0), 2: np.clip(r, 0, 6)}[act]
+
+
+def test_pack_lays_out_zero_padded_aligned_panels(rng):
+    w = rng.standard_normal((5, 37)).astype(np.float32)
+    p = cgemm.pack(w)
+    assert p.shape == (3, 5, 16) and p.ctypes.data % 32 == 0
+    for q in range(3):
+        for j in range(16):
+            col = q * 16 + j
+            np.testing.assert_array_equal(p[q, :, j], w[:, col] if col < 37 else 0)
+    stack = cgemm.pack(rng.standard_normal((4, 3, 20)))
+    assert stack.shape == (4, 2, 3, 16) and stack.ctypes.data % 32 == 0
+    np.testing.assert_array_equal(cgemm.pad_bias(np.arange(20, dtype=np.float32), 20)[18:], [18, 19] + [0] * 12)
+
+
+@needs_leti
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("rows, k, n", [
+    (1, 3, 1),        # one row, one column: the smallest masked store
+    (5, 7, 17),       # fewer rows than the micro-kernel, a column past a whole panel
+    (13, 300, 33),    # two k blocks (256 + 44): the second adds to what the first stored
+    (49, 960, 160),   # a 7x7 map: few rows, split over panels
+    (100, 40, 300),   # more than 16 panels: two panel chunks
+    (1000, 27, 32),   # many rows: split over rows in multiples of 6
+    (3, 600, 1000),   # few rows, many panels, three k blocks
+])
+@pytest.mark.parametrize("act, has_bias", [(0, False), (1, True), (2, True), (2, False)])
+def test_leti_gemm_matches_numpy(rng, threads, rows, k, n, act, has_bias):
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32) * 4
+    y = np.full((rows, n), np.nan, np.float32)
+    K.gemm_leti_bias_act(a, cgemm.pack(w), y, cgemm.pad_bias(bias, n) if has_bias else np.zeros(1, np.float32),
+                         has_bias, act, threads)
+    assert rel_err(y, _ref(a, w, bias if has_bias else None, act)) < TOL
+
+
+@needs_leti
+def test_leti_gemm_writes_only_its_own_columns(rng):
+    """The masked store of the last panel must not touch what lies past n in the output's row."""
+    a = rng.standard_normal((8, 10)).astype(np.float32)
+    w = rng.standard_normal((10, 20)).astype(np.float32)
+    buf = np.full(8 * 20 + 16, -3.0, np.float32)
+    y = buf[:160].reshape(8, 20)
+    K.gemm_leti_bias_act(a, cgemm.pack(w), y, np.zeros(1, np.float32), False, 0, 2)
+    assert rel_err(y, a.astype(np.float64) @ w) < TOL
+    assert (buf[160:] == -3.0).all()
+
+
+@needs_leti
+def test_batched_winograd_products(rng):
+    v = rng.standard_normal((16, 37, 20)).astype(np.float32)
+    u = rng.standard_normal((16, 20, 45)).astype(np.float32)
+    m = np.full((16, 37, 45), np.nan, np.float32)
+    K.batched_gemm_leti(v, cgemm.pack(u), m)
+    assert rel_err(m, v.astype(np.float64) @ u) < TOL
+
+
+def test_blas_override_and_a_failed_build_fall_back_with_a_reason(monkeypatch, tmp_path):
+    try:
+        monkeypatch.setenv("LETI_BLAS", "openblas")
+        cgemm.library.cache_clear()
+        assert cgemm.library() is None and cgemm.reason == "LETI_BLAS=openblas"
+        if cgemm._cpu_supported():
+            return  # not x86-64 with AVX2/FMA: the build is never tried
+        monkeypatch.delenv("LETI_BLAS")
+        monkeypatch.setenv("LETI_CACHE_DIR", str(tmp_path))
+        monkeypatch.setenv("CC", "false")  # a compiler that always fails
+        cgemm.library.cache_clear()
+        assert cgemm.library() is None and cgemm.reason.startswith("false failed")
+        assert list(tmp_path.iterdir()) == []  # no half-written library left behind
+    finally:
+        monkeypatch.undo()
+        cgemm.library.cache_clear()
+        cgemm.library()
+
+
+@needs_leti
+def test_leti_is_the_default_gemm_and_builds_into_the_cache(monkeypatch, tmp_path):
+    try:
+        monkeypatch.delenv("LETI_BLAS", raising=False)
+        monkeypatch.setenv("LETI_CACHE_DIR", str(tmp_path))
+        cgemm.library.cache_clear()
+        path = cgemm.library()
+        assert path is not None and path.parent == tmp_path and path.stat().st_size > 0
+        assert blas.name() == "leti"
+    finally:
+        monkeypatch.undo()
+        cgemm.library.cache_clear()
+        cgemm.library()
