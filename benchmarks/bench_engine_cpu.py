@@ -1,11 +1,12 @@
-"""Engine CPU latency side by side with TFLite (XNNPACK), ONNX Runtime, MNN and OpenVINO on the same models.
+"""Engine CPU latency side by side with TFLite (XNNPACK), ONNX Runtime, MNN, OpenVINO and ncnn on the same models.
 
 Every model is built in Keras (a NB101 cell or network from ``leti.models.keras_builder``, or a Keras
 MobileNet), converted to TFLite, and the *same* ``.tflite`` is converted to the engine. The peers
-that read ONNX (ONNX Runtime, OpenVINO, and MNN through its ``mnnconvert``) get an ONNX export of the
-engine's optimised graph (written by :func:`to_onnx` below: BN already folded, activations fused, so
-every framework runs the same arithmetic with the same weights). The ONNX model takes the NHWC input
-and transposes it itself, so layout work is inside every peer's timing. All outputs are checked
+that read ONNX (ONNX Runtime, OpenVINO, MNN through its ``mnnconvert`` and ncnn through ``pnnx``) get
+an ONNX export of the engine's optimised graph (written by :func:`to_onnx` below: BN already folded,
+activations fused, so every framework runs the same arithmetic with the same weights). The ONNX model
+takes the NHWC input and transposes it itself, so layout work is inside every peer's timing (ncnn too:
+``pnnx`` keeps the transposes as ``Permute`` layers; ``fp16=0`` keeps its weights FP32). All outputs are checked
 against TFLite (``rel.err``, the largest over the engines) before timing.
 
 Columns: median ms per run of each peer, of the engine (schemes chosen by pre-inference), of the
@@ -47,7 +48,7 @@ from leti.engine.session import Session
 from leti.spaces.nb101_network import NetworkConfig
 from leti.spaces.enumeration import enumerate_space
 
-PEERS = ("tflite", "onnxruntime", "mnn", "openvino")
+PEERS = ("tflite", "onnxruntime", "mnn", "openvino", "ncnn")
 
 
 # ---- ONNX export of an engine graph (NCHW inside, NHWC at the boundary) -------------------------
@@ -244,6 +245,35 @@ def mnn_runner(mnn_path: str, x: np.ndarray, threads: int):
     return run, output
 
 
+def ncnn_runner(param_path: str, x: np.ndarray, threads: int):
+    import ncnn
+
+    net = ncnn.Net()
+    opt = net.opt  # options must be set before the model is loaded
+    opt.num_threads = threads
+    opt.lightmode = True  # free intermediate blobs as soon as they are consumed (ncnn's default)
+    opt.use_packing_layout = True  # SIMD-packed channels (elempack 4/8/16)
+    opt.use_vulkan_compute = False
+    # FP32 end to end like every other column: no half/bfloat16 storage or arithmetic (on by default)
+    opt.use_fp16_storage = opt.use_fp16_packed = opt.use_fp16_arithmetic = False
+    opt.use_bf16_storage = opt.use_bf16_packed = False
+    if net.load_param(param_path) != 0 or net.load_model(str(Path(param_path).with_suffix(".bin"))) != 0:
+        raise RuntimeError(f"ncnn cannot load {param_path}")
+    iname, oname = net.input_names()[0], net.output_names()[0]
+    # the batch axis is ncnn's implicit one: (1, H, W, C) -> a 3-D Mat, which the model's Permute turns to NCHW
+    mat = ncnn.Mat(x, batch_index=0)
+    res = {}
+
+    def run():
+        ex = net.create_extractor()  # an extractor is single-use: one per inference
+        ex.input(iname, mat)
+        rc, res["y"] = ex.extract(oname)
+        if rc != 0:
+            raise RuntimeError(f"ncnn extract returned {rc}")
+
+    return run, lambda: np.array(res["y"].numpy(batch_index=0), copy=True)
+
+
 def engine_runner(g: Graph, x: np.ndarray, threads: int, **options):
     s = Session(g, backends=("cpu",), threads=threads, **options).resize()
     s._feed(x)
@@ -383,6 +413,29 @@ def peer_files(g_opt: Graph, tmp: Path, tag: str, errors: dict) -> dict[str, str
         files["mnn"] = str(mnn)
     except Exception as e:  # noqa: BLE001
         errors.setdefault("mnn convert", f"{type(e).__name__}: {e}")
+    try:
+        # pnnx (the ``pnnx`` wheel ships the converter binary beside its package; no torch import needed):
+        # ONNX -> ncnn .param/.bin, weights kept in FP32 (its default fp16=1 would halve them)
+        import importlib.util
+
+        spec = importlib.util.find_spec("pnnx")
+        if spec is None or not spec.submodule_search_locations:
+            raise ModuleNotFoundError("No module named 'pnnx'")
+        exe = Path(next(iter(spec.submodule_search_locations))) / "pnnx"
+        shapes = ",".join("[" + ",".join(str(d if d and d > 0 else 1) for d in g_opt.tensors[t].shape) + "]"
+                          for t in g_opt.inputs)
+        out = {k: str(tmp / f"{tag}{suffix}") for k, suffix in (
+            ("ncnnparam", ".ncnn.param"), ("ncnnbin", ".ncnn.bin"), ("ncnnpy", "_ncnn.py"),
+            ("pnnxparam", ".pnnx.param"), ("pnnxbin", ".pnnx.bin"), ("pnnxpy", "_pnnx.py"),
+            ("pnnxonnx", ".pnnx.onnx"))}
+        r = subprocess.run([str(exe), files["onnx"], f"inputshape={shapes}", "fp16=0",
+                            *(f"{k}={v}" for k, v in out.items())],
+                           capture_output=True, text=True, timeout=300, check=False, cwd=tmp)
+        if r.returncode != 0 or not Path(out["ncnnbin"]).exists():
+            raise RuntimeError(f"pnnx exit {r.returncode}: " + r.stdout[-300:] + r.stderr[-300:])
+        files["ncnn"] = out["ncnnparam"]
+    except Exception as e:  # noqa: BLE001
+        errors.setdefault("ncnn convert", f"{type(e).__name__}: {e}")
     return files
 
 
@@ -402,6 +455,8 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
         add("openvino", openvino_runner, files["onnx"], x, threads)
     if "mnn" in files:
         add("mnn", mnn_runner, files["mnn"], x, threads)
+    if "ncnn" in files:
+        add("ncnn", ncnn_runner, files["ncnn"], x, threads)
     add("engine", engine_runner, g, x, threads)
     add("im2col", lambda *a: engine_runner(*a, conv_scheme="im2col"), g, x, threads)
     add("numpy", numpy_runner, g_opt, x, threads)

@@ -19,8 +19,12 @@ CONV_SCHEMES = ops.get("conv2d").schemes
 
 @dataclass
 class ScheduleOptions:
-    """``winograd_max_tile`` bounds n̂ (float32 accuracy); ``winograd_min_tiles`` is the fewest
-    tiles per image a chosen n̂ may leave (see :func:`leti.engine.winograd.choose_tile`) and
+    """``winograd_max_tile`` bounds n̂ (float32 accuracy, and speed: with LETI's own GEMM F(4×4) beat
+    F(6×6) and F(5×5) on every measured map, e.g. 56×56×64 1.79 vs 1.87 ms, 14×14×256 1.67 vs 1.67);
+    ``winograd_min_tiles`` is the fewest tiles per image a chosen n̂ may leave (see
+    :func:`leti.engine.winograd.choose_tile`; 64 while the products ran on MKL, 16 since LETI's GEMM
+    runs few-row products near peak: 7×7×512 and 8×8×512 by F(2×2) 2.98 and 3.55 ms against im2col's
+    3.82 and 5.73, 16×16×256 by F(4×4) 2.10 against F(2×2)'s 2.85; one thread, ``docs/engine.md``) and
     ``winograd_min_channels`` the fewest input channels for a 3×3 Winograd (with ic = 3, a stem, the α²
     products have K = 3 and the transforms outweigh them: im2col is 3× faster; with ic = 16 still 1.3-1.7×
     faster — 3×3, 16 → 16/32 channels on 32×32 and 64×64: 0.14 vs 0.22, 0.19 vs 0.25, 0.52 vs 0.88 ms, one
@@ -33,8 +37,8 @@ class ScheduleOptions:
     half-dimension a Strassen level may produce (0 = MNN's inequality alone); ``conv_scheme``
     forces one scheme wherever it applies (for tests and benchmarks)."""
 
-    winograd_max_tile: int = 6
-    winograd_min_tiles: int = 64
+    winograd_max_tile: int = 4
+    winograd_min_tiles: int = 16
     winograd_min_channels: int = 32
     winograd_min_channels_large: int = 20
     strassen_min_dim: int = 1024

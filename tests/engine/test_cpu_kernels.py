@@ -196,10 +196,10 @@ def test_min_tiles_moves_small_maps_to_fewer_larger_tiles_or_im2col():
 
 def test_session_schemes_follow_min_tiles():
     g = Graph()
-    g.add_tensor("x", (1, 8, 8, 64))
+    g.add_tensor("x", (1, 4, 4, 64))  # F(2x2) leaves 4 tiles, fewer than the default's 16
     g.inputs = ["x"]
     w = g.add_constant("w", np.ones((3, 3, 64, 64), np.float32))
-    g.add_tensor("y", (1, 8, 8, 64))
+    g.add_tensor("y", (1, 4, 4, 64))
     g.add_node("conv2d", ["x", w], ["y"], padding="same")
     g.outputs = ["y"]
     assert Session(g, backends=("cpu",)).resize().steps[0].scheme.name == "im2col"
