@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from leti.engine.backends.cpu import CPUBackend, blas, cgemm
+from leti.engine.backends.cpu import CPUBackend, blas, ckernels
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.graph import Graph
 from leti.engine.reference import run_reference
@@ -74,7 +74,7 @@ def test_gemv_splits_the_outputs(rng, act):
     assert rel_err(y, ref) < TOL
 
 
-needs_leti = pytest.mark.skipif(cgemm.library() is None, reason="LETI's GEMM unavailable here")
+needs_leti = pytest.mark.skipif(ckernels.library() is None, reason="LETI's GEMM unavailable here")
 
 
 @pytest.mark.parametrize("path", [pytest.param("leti", marks=needs_leti), pytest.param("mkl", marks=needs_mkl),
@@ -83,7 +83,7 @@ def test_sessions_agree_with_the_reference_on_every_gemm(rng, monkeypatch, path)
     """A 1×1 conv (gemm), a 3×3/s2 conv (im2col) and a dense head at batch 1 (gemv) and 3 (gemm)
     through the GEMM chosen at resize: LETI's own, else MKL, else OpenBLAS."""
     if path != "leti":
-        monkeypatch.setattr(cgemm, "library", lambda: None)
+        monkeypatch.setattr(ckernels, "library", lambda: None)
     if path == "openblas":
         monkeypatch.setattr(blas, "mkl", lambda: None)
     assert blas.name() == path

@@ -1,4 +1,4 @@
-"""The BLAS the CPU backend's matrix products fall back to where LETI's own kernel (:mod:`.cgemm`)
+"""The BLAS the CPU backend's matrix products fall back to where LETI's own kernel (:mod:`.ckernels`)
 cannot build, or with ``LETI_BLAS=mkl|openblas``: MKL when one is in reach, scipy's OpenBLAS
 otherwise (MKL's SGEMM was 1.1–1.6× faster on MobileNet's 1×1 shapes; ``docs/engine.md``).
 
@@ -64,9 +64,9 @@ def mkl() -> Path | None:
 
 
 def name() -> str:
-    """What the CPU backend's GEMMs use now: ``leti`` (its own kernel, :mod:`.cgemm`), ``mkl`` or ``openblas``."""
-    from leti.engine.backends.cpu import cgemm
+    """What the CPU backend's GEMMs use now: ``leti`` (its own kernel, :mod:`.ckernels`), ``mkl`` or ``openblas``."""
+    from leti.engine.backends.cpu import ckernels
 
-    if cgemm.library() is not None:
+    if ckernels.library() is not None:
         return "leti"
     return "mkl" if mkl() is not None else "openblas"

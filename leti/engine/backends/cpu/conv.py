@@ -7,11 +7,11 @@
   threads), numba output transform with the bias and activation fused;
 * ``im2col`` — the sliding-window scheme for everything else (strides, dilations, n̂ = 1): numba
   builds the column matrix in a scratch buffer planned at resize, BLAS multiplies it;
-* depthwise convolutions run a direct numba kernel (3×3 stride 1: fused taps over whole rows;
-  other 3×3: fused taps per pixel, :mod:`.dwconv`).
+* depthwise convolutions run a direct kernel (3×3: LETI's C kernel, else numba's fused taps over
+  whole rows or per pixel, :mod:`.dwconv`; other windows: numba's generic kernel).
 
 Every matrix product runs as single-threaded calls inside numba's thread pool (:func:`gemm_runner`):
-LETI's own kernel with pre-packed weights and the bias and activation fused (:mod:`.cgemm`) where
+LETI's own kernel with pre-packed weights and the bias and activation fused (:mod:`.ckernels`) where
 it builds, else MKL's or OpenBLAS's SGEMM (:mod:`.blas`) with the epilogue applied to each row block
 while it is in cache. One pool of threads for the whole model, so BLAS threads and numba threads
 never compete for the same cores.
@@ -23,9 +23,9 @@ import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
-from leti.engine.backends.cpu import blas, cgemm
+from leti.engine.backends.cpu import blas, ckernels
 from leti.engine.backends.cpu import kernels as K
-from leti.engine.backends.cpu.dwconv import depthwise3x3, depthwise3x3_rows
+from leti.engine.backends.cpu.dwconv import depthwise3x3, depthwise3x3_leti, depthwise3x3_rows
 from leti.engine.ops.conv2d import geometry
 from leti.engine.strassen import strassen_matmul
 from leti.engine.winograd import winograd_matrices
@@ -39,12 +39,12 @@ TILED_BYTES_MAX = 8 << 20
 def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
     """``f(a, y)``: ``y = act(a @ w2 + bias)`` over numba's threads through the GEMM in use
     (:func:`blas.name`), with the weights ``w2`` (k × n) stored once as that GEMM reads them fastest:
-    packed panels for LETI's own kernel (:mod:`.cgemm`), row-major for MKL, column-major for OpenBLAS
+    packed panels for LETI's own kernel (:mod:`.ckernels`), row-major for MKL, column-major for OpenBLAS
     (which packs a transposed B faster, what matters most for the few-row products of small maps)."""
-    if cgemm.library() is not None:
+    if ckernels.library() is not None:
         n = w2.shape[1]
-        bp = cgemm.pack(w2)
-        bpad = cgemm.pad_bias(bias, n) if has_bias else _EMPTY
+        bp = ckernels.pack(w2)
+        bpad = ckernels.pad_bias(bias, n) if has_bias else _EMPTY
 
         def run_leti(a, y):
             K.gemm_leti_bias_act(a, bp, y, bpad, has_bias, act, numba.get_num_threads())
@@ -111,8 +111,8 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         at, bt, g = winograd_matrices(n, kh)
         alpha = n + kh - 1
         u = np.einsum("ai,bj,ijco->abco", g, g, w.astype(np.float64)).reshape(alpha * alpha, ic, oc)
-        if cgemm.library() is not None:
-            up = cgemm.pack(u)  # per position (panels, ic, 16)
+        if ckernels.library() is not None:
+            up = ckernels.pack(u)  # per position (panels, ic, 16)
 
             def products(v, m):
                 K.batched_gemm_leti(v, up, m)
@@ -162,6 +162,14 @@ def depthwise_conv2d(ctx: OpContext, be) -> Execution | None:
     nb, h, wd, c = ctx.in_shapes[0]
     kh, kw = w.shape[:2]
     _, oh, ow, _ = ctx.out_shapes[0]
+    if (kh, kw, mult) == (3, 3, 1) and ckernels.library() is not None:
+        w9 = np.ascontiguousarray(w.reshape(9, c))
+
+        def run_leti(ins, outs, scratch):
+            depthwise3x3_leti(ins[0], w9, bias, has_bias, outs[0], sh, sw, dh, dw, pads[0], pads[2], act,
+                              numba.get_num_threads())
+
+        return Execution(run_leti)
     if (kh, kw, sh, sw, mult) == (3, 3, 1, 1, 1) and 40 * ow * c <= TILED_BYTES_MAX:
         pt, pl = pads[0], pads[2]
         b = bias if has_bias else np.zeros(c, np.float32)

@@ -12,8 +12,8 @@ import scipy.linalg.cython_blas  # noqa: F401 - numba's np.dot calls it: load it
 from numba import njit, prange
 
 from leti.engine.backends.cpu.blas import set_threads_local, sgemm
-from leti.engine.backends.cpu.cgemm import MR, NR
-from leti.engine.backends.cpu.cgemm import sgemm as leti_sgemm
+from leti.engine.backends.cpu.ckernels import MR, NR
+from leti.engine.backends.cpu.ckernels import sgemm as leti_sgemm
 
 ACT_CODE = {"none": 0, None: 0, "relu": 1, "relu6": 2}
 
@@ -258,7 +258,7 @@ def gemm_mkl_bias_act(a, b, y, bias, has_bias, act, threads, one):
 
 @njit(parallel=True, cache=True)
 def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads):
-    """``y = act(a @ B + bias)`` through LETI's own kernel (:mod:`.cgemm`): C-contiguous ``a`` (rows × k)
+    """``y = act(a @ B + bias)`` through LETI's own kernel (:mod:`.ckernels`): C-contiguous ``a`` (rows × k)
     and ``y``, ``bp`` the packed weights ``(panels, k, 16)``, ``bias`` padded to whole panels.
     Rows are split over the threads in multiples of the kernel's 6; products with too few rows for
     that (a 7×7 map's 49) split the weight panels instead, so no thread sits idle."""
@@ -284,7 +284,7 @@ def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads):
 
 @njit(parallel=True, cache=True)
 def batched_gemm_leti(v, up, m):
-    """``m[p] = v[p] @ U[p]`` for every Winograd position p, ``up`` the packed ``U`` (:func:`cgemm.pack`
+    """``m[p] = v[p] @ U[p]`` for every Winograd position p, ``up`` the packed ``U`` (:func:`ckernels.pack`
     of a ``(P, ic, oc)`` stack); one kernel call per position in numba's pool."""
     positions, tiles, ic = v.shape
     oc = m.shape[2]

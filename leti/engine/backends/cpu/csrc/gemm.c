@@ -4,7 +4,7 @@
  *   y[m x n] = act(a[m x k] . B[k x n] + bias)
  *
  * B is the layer's weights, packed once when a session is prepared (the shapes are static): panels
- * of NR = 16 columns, each panel k x 16 contiguous and zero-padded past n (cgemm.pack). a and y
+ * of NR = 16 columns, each panel k x 16 contiguous and zero-padded past n (ckernels.pack). a and y
  * are row-major with row strides lda / ldy, used in place: an NHWC feature map is already the
  * (pixels x channels) matrix, so nothing is copied on the activation side.
  *
@@ -18,7 +18,7 @@
  * registers.
  *
  * One call is single-threaded: the engine splits rows (or panels, for few rows) over numba's
- * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/cgemm.py.
+ * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/ckernels.py.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -97,7 +97,7 @@ micro(const int mr, int64_t kc, const float *restrict a, int64_t lda, const floa
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
-/* y = act(a . B + bias) for rows 0..m-1 and columns 0..n-1; bp: packed B (cgemm.pack, 32-byte
+/* y = act(a . B + bias) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
  * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded). */
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, int64_t act) {

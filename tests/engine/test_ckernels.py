@@ -5,12 +5,12 @@ why it is unavailable when it is."""
 import numpy as np
 import pytest
 
-from leti.engine.backends.cpu import blas, cgemm
+from leti.engine.backends.cpu import blas, ckernels
 from leti.engine.backends.cpu import kernels as K
 from tests.engine.conftest import rel_err
 
 TOL = 1e-5
-needs_leti = pytest.mark.skipif(cgemm.library() is None, reason=f"LETI's GEMM unavailable here: {cgemm.reason}")
+needs_leti = pytest.mark.skipif(ckernels.library() is None, reason=f"LETI's GEMM unavailable here: {ckernels.reason}")
 
 
 def _ref(a, w, bias, act):
@@ -20,15 +20,15 @@ def _ref(a, w, bias, act):
 
 def test_pack_lays_out_zero_padded_aligned_panels(rng):
     w = rng.standard_normal((5, 37)).astype(np.float32)
-    p = cgemm.pack(w)
+    p = ckernels.pack(w)
     assert p.shape == (3, 5, 16) and p.ctypes.data % 32 == 0
     for q in range(3):
         for j in range(16):
             col = q * 16 + j
             np.testing.assert_array_equal(p[q, :, j], w[:, col] if col < 37 else 0)
-    stack = cgemm.pack(rng.standard_normal((4, 3, 20)))
+    stack = ckernels.pack(rng.standard_normal((4, 3, 20)))
     assert stack.shape == (4, 2, 3, 16) and stack.ctypes.data % 32 == 0
-    np.testing.assert_array_equal(cgemm.pad_bias(np.arange(20, dtype=np.float32), 20)[18:], [18, 19] + [0] * 12)
+    np.testing.assert_array_equal(ckernels.pad_bias(np.arange(20, dtype=np.float32), 20)[18:], [18, 19] + [0] * 12)
 
 
 @needs_leti
@@ -48,7 +48,7 @@ def test_leti_gemm_matches_numpy(rng, threads, rows, k, n, act, has_bias):
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32) * 4
     y = np.full((rows, n), np.nan, np.float32)
-    K.gemm_leti_bias_act(a, cgemm.pack(w), y, cgemm.pad_bias(bias, n) if has_bias else np.zeros(1, np.float32),
+    K.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n) if has_bias else np.zeros(1, np.float32),
                          has_bias, act, threads)
     assert rel_err(y, _ref(a, w, bias if has_bias else None, act)) < TOL
 
@@ -60,7 +60,7 @@ def test_leti_gemm_writes_only_its_own_columns(rng):
     w = rng.standard_normal((10, 20)).astype(np.float32)
     buf = np.full(8 * 20 + 16, -3.0, np.float32)
     y = buf[:160].reshape(8, 20)
-    K.gemm_leti_bias_act(a, cgemm.pack(w), y, np.zeros(1, np.float32), False, 0, 2)
+    K.gemm_leti_bias_act(a, ckernels.pack(w), y, np.zeros(1, np.float32), False, 0, 2)
     assert rel_err(y, a.astype(np.float64) @ w) < TOL
     assert (buf[160:] == -3.0).all()
 
@@ -70,27 +70,27 @@ def test_batched_winograd_products(rng):
     v = rng.standard_normal((16, 37, 20)).astype(np.float32)
     u = rng.standard_normal((16, 20, 45)).astype(np.float32)
     m = np.full((16, 37, 45), np.nan, np.float32)
-    K.batched_gemm_leti(v, cgemm.pack(u), m)
+    K.batched_gemm_leti(v, ckernels.pack(u), m)
     assert rel_err(m, v.astype(np.float64) @ u) < TOL
 
 
 def test_blas_override_and_a_failed_build_fall_back_with_a_reason(monkeypatch, tmp_path):
     try:
         monkeypatch.setenv("LETI_BLAS", "openblas")
-        cgemm.library.cache_clear()
-        assert cgemm.library() is None and cgemm.reason == "LETI_BLAS=openblas"
-        if cgemm._cpu_supported():
+        ckernels.library.cache_clear()
+        assert ckernels.library() is None and ckernels.reason == "LETI_BLAS=openblas"
+        if ckernels._cpu_supported():
             return  # not x86-64 with AVX2/FMA: the build is never tried
         monkeypatch.delenv("LETI_BLAS")
         monkeypatch.setenv("LETI_CACHE_DIR", str(tmp_path))
         monkeypatch.setenv("CC", "false")  # a compiler that always fails
-        cgemm.library.cache_clear()
-        assert cgemm.library() is None and cgemm.reason.startswith("false failed")
+        ckernels.library.cache_clear()
+        assert ckernels.library() is None and ckernels.reason.startswith("false failed")
         assert list(tmp_path.iterdir()) == []  # no half-written library left behind
     finally:
         monkeypatch.undo()
-        cgemm.library.cache_clear()
-        cgemm.library()
+        ckernels.library.cache_clear()
+        ckernels.library()
 
 
 @needs_leti
@@ -98,11 +98,47 @@ def test_leti_is_the_default_gemm_and_builds_into_the_cache(monkeypatch, tmp_pat
     try:
         monkeypatch.delenv("LETI_BLAS", raising=False)
         monkeypatch.setenv("LETI_CACHE_DIR", str(tmp_path))
-        cgemm.library.cache_clear()
-        path = cgemm.library()
+        ckernels.library.cache_clear()
+        path = ckernels.library()
         assert path is not None and path.parent == tmp_path and path.stat().st_size > 0
         assert blas.name() == "leti"
     finally:
         monkeypatch.undo()
-        cgemm.library.cache_clear()
-        cgemm.library()
+        ckernels.library.cache_clear()
+        ckernels.library()
+
+
+def _dw_ref(x, w, b, stride, dil, pads, out_hw, act):
+    (sh, sw), (dh, dw), (pt, pl), (oh, ow) = stride, dil, pads, out_hw
+    nb, h, wd, c = x.shape
+    xp = np.zeros((nb, h + 2 * pt + 4 * dh + 2 * sh, wd + 2 * pl + 4 * dw + 2 * sw, c))
+    xp[:, pt:pt + h, pl:pl + wd] = x
+    y = np.zeros((nb, oh, ow, c)) + b
+    for i in range(3):
+        for j in range(3):
+            y += xp[:, i * dh: i * dh + sh * oh: sh, j * dw: j * dw + sw * ow: sw][:, :oh, :ow] * w[i, j]
+    return {0: y, 1: np.maximum(y, 0), 2: np.clip(y, 0, 6)}[act]
+
+
+@needs_leti
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("act", [0, 2])
+@pytest.mark.parametrize("nb, h, wd, c, stride, dil, pads", [
+    (1, 7, 9, 8, (1, 1), (1, 1), (1, 1)),     # one whole channel block, interior and border pixels
+    (2, 10, 11, 13, (2, 2), (1, 1), (1, 1)),  # two images, stride 2, a masked tail block of 5 channels
+    (1, 12, 12, 32, (1, 1), (2, 2), (2, 2)),  # dilation 2
+    (1, 9, 9, 3, (2, 1), (1, 1), (0, 1)),     # fewer channels than a vector, unequal strides and pads
+    (1, 5, 5, 40, (1, 1), (1, 1), (0, 0)),    # valid padding: no border pixels
+    (1, 2, 2, 16, (1, 1), (1, 1), (1, 1)),    # a map smaller than the window: every pixel a border pixel
+])
+def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride, dil, pads):
+    from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
+
+    (sh, sw), (dh, dw), (pt, pl) = stride, dil, pads
+    oh, ow = (h + 2 * pt - 2 * dh - 1) // sh + 1, (wd + 2 * pl - 2 * dw - 1) // sw + 1
+    x = rng.standard_normal((nb, h, wd, c)).astype(np.float32)
+    w = rng.standard_normal((3, 3, c)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    y = np.full((nb, oh, ow, c), np.nan, np.float32)
+    depthwise3x3_leti(x, np.ascontiguousarray(w.reshape(9, c)), b, True, y, sh, sw, dh, dw, pt, pl, act, threads)
+    assert rel_err(y, _dw_ref(x, w, b, stride, dil, pads, (oh, ow), act)) < TOL

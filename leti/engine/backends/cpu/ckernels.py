@@ -1,5 +1,9 @@
-"""LETI's own SGEMM (``csrc/gemm.c``: AVX2 + FMA, weights packed once, bias and activation fused into
-the micro-kernel's store), built with the machine's C compiler at first use.
+"""LETI's own C kernels for the CPU backend, built with the machine's C compiler at first use:
+
+* ``leti_sgemm`` (``csrc/gemm.c``): AVX2 + FMA SGEMM, weights packed once, bias and activation fused
+  into the micro-kernel's store;
+* ``leti_dwconv3x3`` (``csrc/dwconv.c``): 3×3 depthwise convolution with the taps held in registers
+  along each output row.
 
 Why not a BLAS: the engine's weights are constants and its shapes static, so B can be packed once at
 resize instead of on every call, and the epilogue can run while the output block is still in
@@ -7,10 +11,10 @@ registers. On this project's Zen 3 host (one thread) that made the products of M
 shapes 1.03–1.7× faster than MKL's SGEMM, and it spares loading MKL (~90 MiB) at all
 (``benchmarks/bench_cpu_gemm.py``, ``docs/engine.md``).
 
-The shared library lands in ``$LETI_CACHE_DIR`` (default ``~/.cache/leti``), named by a hash of the
-source and the flags, written under a temporary name and renamed, so concurrent first uses (test
+The shared library (every ``csrc/*.c`` in one) lands in ``$LETI_CACHE_DIR`` (default ``~/.cache/leti``),
+named by a hash of the sources and the flags, written under a temporary name and renamed, so concurrent first uses (test
 workers) never see half a file. It is loaded into numba's JIT with llvmlite, like MKL in
-:mod:`.blas`: numba kernels call ``leti_sgemm`` by symbol and stay cacheable on disk.
+:mod:`.blas`: numba kernels call its functions by symbol and stay cacheable on disk.
 
 Unavailable (``library()`` is None, :attr:`reason` says why) off x86-64 Linux, without AVX2/FMA,
 without a C compiler, or with ``LETI_BLAS=mkl`` / ``LETI_BLAS=openblas``; the engine then uses a BLAS.
@@ -30,7 +34,8 @@ from pathlib import Path
 import numpy as np
 from numba import types
 
-SOURCE = Path(__file__).with_name("csrc") / "gemm.c"
+SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
+SYMBOLS = ("leti_sgemm", "leti_dwconv3x3")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: the micro-kernel's block: MR rows of a by NR packed columns of B
 MR, NR = 6, 16
@@ -39,6 +44,8 @@ ALIGN = 32
 _p = types.intp
 #: ``leti_sgemm(m, n, k, a, lda, b_packed, y, ldy, bias_or_0, act)``; pointers travel as integers
 sgemm = types.ExternalFunction("leti_sgemm", types.void(*([_p] * 10)))
+#: ``leti_dwconv3x3(x, y, w9, bias_or_0, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, act, r0, r1)``
+dwconv3x3 = types.ExternalFunction("leti_dwconv3x3", types.void(*([_p] * 18)))
 
 reason = ""
 
@@ -70,7 +77,7 @@ def _build(out: Path) -> str:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
+        r = subprocess.run([cc, *FLAGS, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True)
         if r.returncode != 0:
             return f"{cc} failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}"
         os.replace(tmp, out)
@@ -90,8 +97,8 @@ def library() -> Path | None:
     reason = _cpu_supported()
     if reason:
         return None
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    path = cache_dir() / f"leti_gemm-{digest}.so"
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + " ".join(FLAGS).encode()).hexdigest()[:16]
+    path = cache_dir() / f"leti_kernels-{digest}.so"
     if not path.is_file():
         reason = _build(path)
         if reason:
@@ -101,8 +108,10 @@ def library() -> Path | None:
     import llvmlite.binding as llb
 
     try:
-        if not hasattr(ctypes.CDLL(str(path)), "leti_sgemm"):
-            reason = f"{path} lacks leti_sgemm"
+        lib = ctypes.CDLL(str(path))
+        missing = [sym for sym in SYMBOLS if not hasattr(lib, sym)]
+        if missing:
+            reason = f"{path} lacks {', '.join(missing)}"
             return None
         llb.load_library_permanently(str(path))
     except OSError as e:
