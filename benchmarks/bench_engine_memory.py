@@ -7,8 +7,8 @@ Each (runtime, model) runs in a fresh child process, which reads its resident se
 
 * ``import``: after importing the runtime (``ai_edge_litert``; ``leti.engine`` with its CPU kernels module);
 * ``cold``: growth from there to after the first session of the model ran once — what a user's first
-  session costs, libraries loaded on first use included (MKL from torch's wheel for the engine's GEMMs,
-  numba's compiled kernels read from its cache, XNNPACK's packed weights);
+  session costs, libraries loaded on first use included (LETI's C kernels, or MKL from torch's wheel with
+  ``LETI_BLAS=mkl``, numba's compiled kernels read from its cache, XNNPACK's packed weights);
 * ``warm``: growth of a second session of the same model, made while the first is still open (freed pages
   would be reused and hide it) — the session's own memory (model read from the file, weights, packed copies,
   arena), with every library already in memory.
@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--child", nargs=2, metavar=("RUNTIME", "MODEL"), help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--resnet", action="store_true", help="add ResNet50 (224)")
-    ap.add_argument("--blas", default="mkl,openblas", help="engine GEMM libraries to compare (LETI_BLAS)")
+    ap.add_argument("--blas", default="leti,mkl,openblas", help="engine GEMM paths to compare (LETI_BLAS)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.threads)))

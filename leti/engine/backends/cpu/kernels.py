@@ -12,8 +12,13 @@ import scipy.linalg.cython_blas  # noqa: F401 - numba's np.dot calls it: load it
 from numba import njit, prange
 
 from leti.engine.backends.cpu.blas import set_threads_local, sgemm
+from leti.engine.backends.cpu import ckernels
 from leti.engine.backends.cpu.ckernels import MR, NR
 from leti.engine.backends.cpu.ckernels import sgemm as leti_sgemm
+
+# The C kernels' symbols must be loaded before numba links a kernel that calls them (an unresolved symbol
+# is a jump to address 0): build/load them now, so that no caller depends on having asked first.
+ckernels.library()
 
 ACT_CODE = {"none": 0, None: 0, "relu": 1, "relu6": 2}
 
