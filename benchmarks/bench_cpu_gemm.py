@@ -58,7 +58,7 @@ def main() -> None:
             run["mkl"] = partial(K.gemm_mkl_bias_act, a, w, y["mkl"], bias, True, 2, args.threads, blas.ONE_THREAD)
         if avail["leti"]:
             run["leti"] = partial(K.gemm_leti_bias_act, a, ckernels.pack(w), y["leti"], ckernels.pad_bias(bias, n),
-                                  True, 2, args.threads)
+                                  True, 2, args.threads, np.zeros((1, 1), np.float32), False)
         for p, f in run.items():
             f()
             assert np.allclose(y[p], y["openblas"], rtol=1e-3, atol=1e-3), p

@@ -10,6 +10,9 @@ never change what the graph computes beyond floating-point reassociation (BN fol
 * :func:`merge_adds` — turn chains of two-input adds into one ``add_n`` (one pass over memory);
 * :func:`remove_dead` — drop nodes, tensors and constants no output depends on.
 
+:func:`fuse_residual_adds` (a shortcut add into the convolution before it) is not in the pipeline: a
+:class:`~leti.engine.session.Session` applies it when every backend it has takes a residual input.
+
 In-place execution (an element-wise op writing over an input that has no later reader) is decided
 by the memory planner from :func:`inplace_candidates`, since it depends on the final order.
 """
@@ -146,6 +149,47 @@ def remove_dead(g: Graph) -> tuple[Graph, int]:
         del g.tensors[t]
         g.constants.pop(t, None)
     return g, removed
+
+
+def fuse_residual_adds(g: Graph) -> tuple[Graph, int]:
+    """``add(conv2d(...), r)`` → ``conv2d(..., bias, r)`` with the add's activation: the shortcut of a
+    ResNet block added in the convolution's epilogue instead of a separate pass over memory (the CPU
+    backend's GEMM adds it in registers). Only a convolution without an activation of its own, whose
+    output the add alone reads, with ``r`` shaped like that output; a convolution without a bias gets
+    a zero bias (input 2) so the residual is input 3."""
+    g = g.copy()
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        prod, cons = g.producers(), g.consumers()
+        for n in g.nodes:
+            if n.op != "add" or len(n.inputs) != 2:
+                continue
+            out_shape = g.tensors[n.outputs[0]].shape
+            for k, t in enumerate(n.inputs):
+                p, other = prod.get(t), n.inputs[1 - k]
+                if (p is None or p.op != "conv2d" or len(p.inputs) > 3 or p.attrs.get("activation", "none") != "none"
+                        or not _sole_reader(g, t, cons) or other == t or g.is_constant(other)
+                        or g.tensors[other].shape != out_shape or g.tensors[t].shape != out_shape
+                        or g.tensors[other].dtype != g.tensors[t].dtype):
+                    continue
+                if len(p.inputs) == 2:
+                    oc = g.tensors[p.inputs[1]].shape[3]
+                    p.inputs.append(g.add_constant(f"{p.name}/zero_bias", np.zeros(oc, np.float32)))
+                p.inputs.append(other)
+                p.attrs["activation"] = n.attrs.get("activation", "none")
+                # the conv now runs where the add ran: after ``other`` is computed
+                g.nodes.remove(p)
+                g.nodes.insert(g.nodes.index(n), p)
+                _rename_output(g, p, t, n.outputs[0])
+                g.nodes.remove(n)
+                count += 1
+                changed = True
+                break
+            if changed:
+                break
+    return g, count
 
 
 PIPELINE = (("fold_constants", fold_constants), ("fold_batch_norm", fold_batch_norm),

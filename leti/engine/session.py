@@ -78,9 +78,6 @@ class Session:
             ops.get(n.op)  # unsupported ops fail here, listing the known ones
         self.source = graph
         self.pass_report: dict[str, int] = {}
-        if optimize:
-            graph, self.pass_report = passes.optimize(graph)
-        self.graph = graph
         self.options = ScheduleOptions(**schedule_options)
         if precision is not None and precision not in PRECISIONS:
             raise ConversionError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
@@ -88,6 +85,11 @@ class Session:
         self.backends = [get_backend(b, threads=threads, **extra) for b in backends]
         if not self.backends:
             raise ConversionError("a session needs at least one backend")
+        if optimize:
+            graph, self.pass_report = passes.optimize(graph)
+            if all(b.takes_residual for b in self.backends):  # every backend adds a shortcut in its conv
+                graph, self.pass_report["fuse_residual_adds"] = passes.fuse_residual_adds(graph)
+        self.graph = graph
         if extra and not any(b.precision == precision for b in self.backends):
             raise ConversionError(f"precision {precision!r} needs a backend that computes in it (cuda); this "
                                   f"session's backends ({', '.join(b.name for b in self.backends)}) run fp32 only")

@@ -42,15 +42,19 @@ def test_pack_lays_out_zero_padded_aligned_panels(rng):
     (1000, 27, 32),   # many rows: split over rows in multiples of 6
     (3, 600, 1000),   # few rows, many panels, three k blocks
 ])
-@pytest.mark.parametrize("act, has_bias", [(0, False), (1, True), (2, True), (2, False)])
-def test_leti_gemm_matches_numpy(rng, threads, rows, k, n, act, has_bias):
+@pytest.mark.parametrize("act, has_bias, has_res", [(0, False, False), (1, True, False), (2, True, False),
+                                                   (2, False, False), (1, True, True), (0, False, True)])
+def test_leti_gemm_matches_numpy(rng, threads, rows, k, n, act, has_bias, has_res):
     a = rng.standard_normal((rows, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32) * 4
+    res = rng.standard_normal((rows, n)).astype(np.float32) * 8 if has_res else np.zeros((1, 1), np.float32)
     y = np.full((rows, n), np.nan, np.float32)
     K.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n) if has_bias else np.zeros(1, np.float32),
-                         has_bias, act, threads)
-    assert rel_err(y, _ref(a, w, bias if has_bias else None, act)) < TOL
+                         has_bias, act, threads, res, has_res)
+    ref = _ref(a, w, bias if has_bias else None, 0) + (res if has_res else 0)
+    ref = {0: ref, 1: np.maximum(ref, 0), 2: np.clip(ref, 0, 6)}[act]
+    assert rel_err(y, ref) < TOL
 
 
 @needs_leti
@@ -60,7 +64,8 @@ def test_leti_gemm_writes_only_its_own_columns(rng):
     w = rng.standard_normal((10, 20)).astype(np.float32)
     buf = np.full(8 * 20 + 16, -3.0, np.float32)
     y = buf[:160].reshape(8, 20)
-    K.gemm_leti_bias_act(a, ckernels.pack(w), y, np.zeros(1, np.float32), False, 0, 2)
+    K.gemm_leti_bias_act(a, ckernels.pack(w), y, np.zeros(1, np.float32), False, 0, 2, np.zeros((1, 1), np.float32),
+                         False)
     assert rel_err(y, a.astype(np.float64) @ w) < TOL
     assert (buf[160:] == -3.0).all()
 

@@ -361,3 +361,30 @@ def test_channel_shuffle_transpose_matches_numpy():
     ex.run([x], [wide[..., ::2]], [])
     np.testing.assert_array_equal(wide[..., ::2], x.transpose(0, 1, 2, 4, 3))
     assert not wide[..., 1::2].any()
+
+
+@pytest.mark.parametrize("path", [pytest.param("leti", marks=needs_leti), pytest.param("mkl", marks=needs_mkl),
+                                  "openblas"])
+@pytest.mark.parametrize("k, scheme", [(1, "gemm"), (1, "strassen"), (3, "winograd"), (3, "im2col")])
+def test_fused_residual_matches_the_reference_on_every_scheme(rng, monkeypatch, path, k, scheme):
+    """A ResNet block's shortcut add fused into the conv before it (passes.fuse_residual_adds) gives the
+    unfused graph's result on every scheme and GEMM path, and the separate add step is gone."""
+    from tests.engine.test_passes import _residual_block
+
+    if path != "leti":
+        monkeypatch.setattr(ckernels, "library", lambda: None)
+    if path == "openblas":
+        monkeypatch.setattr(blas, "mkl", lambda: None)
+    g = _residual_block(rng, k=k, bias=scheme != "im2col")
+    x = rng.standard_normal((1, 12, 12, 40)).astype(np.float32)
+    s = Session(g, backends=("cpu",), threads=2, conv_scheme=scheme, strassen_min_dim=0).resize()
+    assert [st.op for st in s.steps] == ["conv2d", "conv2d"] and s.steps[1].scheme.name == scheme
+    assert rel_err(s.run({"x": x})["y"], run_reference(g, {"x": x})["y"]) < TOL
+
+
+def test_residual_stays_a_separate_add_unless_every_backend_takes_it(rng, monkeypatch):
+    from tests.engine.test_passes import _residual_block
+
+    monkeypatch.setattr(CPUBackend, "takes_residual", False)
+    s = Session(_residual_block(rng), backends=("cpu", "reference")).resize()
+    assert [st.op for st in s.steps] == ["conv2d", "conv2d", "add"] and "fuse_residual_adds" not in s.pass_report

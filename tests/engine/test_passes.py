@@ -72,3 +72,47 @@ def test_inplace_candidates(rng):
     cand = passes.inplace_candidates(opt)
     assert cand["s3"] == (0,)  # add_n may reuse its first input
     assert "r" not in cand  # conv is not element-wise
+
+
+def _residual_block(rng, conv_act="none", bias=True, extra_reader=False, k=1):
+    """x → conv(1×1, relu) = s → conv(k×k) = c → add(x, c, relu) = y: a ResNet block's shortcut."""
+    g = Graph()
+    g.add_tensor("x", (1, 12, 12, 40))
+    g.inputs = ["x"]
+    w0 = g.add_constant("w0", rng.standard_normal((1, 1, 40, 40)).astype(np.float32) * 0.2)
+    g.add_tensor("s", (1, 12, 12, 40))
+    g.add_node("conv2d", ["x", w0], ["s"], activation="relu")
+    ins = ["s", g.add_constant("w", rng.standard_normal((k, k, 40, 40)).astype(np.float32) * 0.2)]
+    if bias:
+        ins.append(g.add_constant("b", rng.standard_normal(40).astype(np.float32)))
+    g.add_tensor("c", (1, 12, 12, 40))
+    g.add_node("conv2d", ins, ["c"], padding="same", activation=conv_act)
+    g.add_tensor("y", (1, 12, 12, 40))
+    g.add_node("add", ["x", "c"], ["y"], activation="relu")
+    g.outputs = ["y"]
+    if extra_reader:
+        g.add_tensor("z", (1, 12, 12, 40))
+        g.add_node("relu", ["c"], ["z"])
+        g.outputs.append("z")
+    return g
+
+
+def test_fuse_residual_adds_moves_the_shortcut_into_the_conv(rng):
+    x = rng.standard_normal((1, 12, 12, 40)).astype(np.float32)
+    for bias in (True, False):
+        g = _residual_block(rng, bias=bias)
+        f, count = passes.fuse_residual_adds(g)
+        assert count == 1 and [n.op for n in f.nodes] == ["conv2d", "conv2d"]
+        conv = f.nodes[1]
+        assert conv.inputs[3] == "x" and conv.outputs == ["y"] and conv.attrs["activation"] == "relu"
+        assert len(g.nodes) == 3 and "c" not in f.tensors  # the source graph untouched, the sum gone
+        if not bias:
+            np.testing.assert_array_equal(f.constants[conv.inputs[2]], 0)
+        assert rel_err(run_reference(f, {"x": x})["y"], run_reference(g, {"x": x})["y"]) < 1e-6
+
+
+def test_fuse_residual_adds_leaves_what_it_cannot_fuse(rng):
+    for g in (_residual_block(rng, conv_act="relu"),       # the conv's own activation comes before the sum
+              _residual_block(rng, extra_reader=True)):    # someone else reads the conv's output
+        f, count = passes.fuse_residual_adds(g)
+        assert count == 0 and [n.op for n in f.nodes] == [n.op for n in g.nodes]

@@ -88,6 +88,8 @@ class Backend:
     memory_domain = "host"
     executions: Registry | None = None
     precision = "fp32"
+    #: whether its conv2d executions take a fused residual (input 3, :func:`leti.engine.passes.fuse_residual_adds`)
+    takes_residual = False
 
     def __init__(self, threads: int | None = None, **options):
         self.threads = threads

@@ -15,6 +15,7 @@ from leti.engine.backends.base import BACKENDS, Backend, Execution, OpContext, S
 @BACKENDS.register()
 class ReferenceBackend(Backend):
     name = "reference"
+    takes_residual = True
 
     def claims(self, op: str) -> bool:
         return op in ops.OPS

@@ -1,4 +1,6 @@
-"""Conv2D: NHWC input, HWIO weights, optional bias, any kernel/stride/padding/dilation."""
+"""Conv2D: NHWC input, HWIO weights, optional bias, any kernel/stride/padding/dilation, and an optional
+residual (input 3, shaped like the output) added before the activation: a shortcut add fused into the
+convolution by :func:`leti.engine.passes.fuse_residual_adds` (sessions whose backends all take it)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ def infer(shapes, attrs):
     if len(shapes) > 2 and tuple(shapes[2]) != (w[3],):
         raise ConversionError(f"conv2d: bias shape {list(shapes[2])} != ({w[3]},)")
     _, (oh, ow), _, _ = geometry(x, w, attrs)
-    return [(x[0], oh, ow, w[3])]
+    out = (x[0], oh, ow, w[3])
+    if len(shapes) > 3 and tuple(shapes[3]) != out:
+        raise ConversionError(f"conv2d: residual shape {list(shapes[3])} != output {list(out)}")
+    return [out]
 
 
 def pad_input(x: np.ndarray, pads, value=0.0) -> np.ndarray:
@@ -49,6 +54,8 @@ def reference(arrays, attrs):
             out += patch @ w[i, j]
     if len(arrays) > 2:
         out += arrays[2]
+    if len(arrays) > 3:
+        out += arrays[3]
     return [apply_activation(out, attrs.get("activation", "none")).astype(arrays[0].dtype)]
 
 
@@ -110,7 +117,7 @@ EXAMPLES = (
      "attrs": {"strides": [2, 2], "padding": "same", "activation": "relu6"}},
 )
 
-OP = register(OpDef("conv2d", infer, reference, num_inputs=(2, 3),
+OP = register(OpDef("conv2d", infer, reference, num_inputs=(2, 4),
                     summary="2-D convolution (NHWC, HWIO weights, bias, strides, dilations, padding, fused activation)",
                     mul=mul, schemes=("gemm", "strassen", "winograd", "im2col"), choose_scheme=choose_scheme,
                     examples=EXAMPLES))

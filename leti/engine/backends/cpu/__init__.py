@@ -61,6 +61,7 @@ def blas_limit_users() -> int:
 class CPUBackend(Backend):
     name = "cpu"
     executions = executions_of("cpu")
+    takes_residual = True
 
     def __init__(self, threads: int | None = None, **options):
         super().__init__(threads, **options)

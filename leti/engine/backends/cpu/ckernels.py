@@ -42,8 +42,8 @@ MR, NR = 6, 16
 ALIGN = 32
 
 _p = types.intp
-#: ``leti_sgemm(m, n, k, a, lda, b_packed, y, ldy, bias_or_0, act)``; pointers travel as integers
-sgemm = types.ExternalFunction("leti_sgemm", types.void(*([_p] * 10)))
+#: ``leti_sgemm(m, n, k, a, lda, b_packed, y, ldy, bias_or_0, residual_or_0, act)``; pointers travel as integers
+sgemm = types.ExternalFunction("leti_sgemm", types.void(*([_p] * 11)))
 #: ``leti_dwconv3x3(x, y, w9, bias_or_0, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, act, r0, r1)``
 dwconv3x3 = types.ExternalFunction("leti_dwconv3x3", types.void(*([_p] * 18)))
 

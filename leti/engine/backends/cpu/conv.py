@@ -32,35 +32,42 @@ from leti.engine.winograd import winograd_matrices
 
 EXECUTIONS = executions_of("cpu")
 _EMPTY = np.zeros(1, dtype=np.float32)
+_EMPTY2 = np.zeros((1, 1), dtype=np.float32)
 #: Largest tiled weight copy (10 floats per output column and channel) a 3×3 depthwise op may keep.
 TILED_BYTES_MAX = 8 << 20
 
 
 def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
-    """``f(a, y)``: ``y = act(a @ w2 + bias)`` over numba's threads through the GEMM in use
+    """``f(a, y, r=None)``: ``y = act(a @ w2 + bias [+ r])`` over numba's threads through the GEMM in use
     (:func:`blas.name`), with the weights ``w2`` (k × n) stored once as that GEMM reads them fastest:
-    packed panels for LETI's own kernel (:mod:`.ckernels`), row-major for MKL, column-major for OpenBLAS
-    (which packs a transposed B faster, what matters most for the few-row products of small maps)."""
+    packed panels for LETI's own kernel (:mod:`.ckernels`, which adds a residual ``r`` in its epilogue),
+    row-major for MKL, column-major for OpenBLAS (which packs a transposed B faster, what matters most
+    for the few-row products of small maps; a residual is a second pass there)."""
+    threads = numba.get_num_threads
     if ckernels.library() is not None:
         n = w2.shape[1]
         bp = ckernels.pack(w2)
         bpad = ckernels.pad_bias(bias, n) if has_bias else _EMPTY
 
-        def run_leti(a, y):
-            K.gemm_leti_bias_act(a, bp, y, bpad, has_bias, act, numba.get_num_threads())
+        def run_leti(a, y, r=None):
+            K.gemm_leti_bias_act(a, bp, y, bpad, has_bias, act, threads(), _EMPTY2 if r is None else r, r is not None)
 
         return run_leti
     if blas.mkl() is not None:
         wc, one = np.ascontiguousarray(w2, dtype=np.float32), blas.ONE_THREAD
 
-        def run_mkl(a, y):
-            K.gemm_mkl_bias_act(a, wc, y, bias, has_bias, act, numba.get_num_threads(), one)
+        def run_mkl(a, y, r=None):
+            K.gemm_mkl_bias_act(a, wc, y, bias, has_bias, act if r is None else 0, threads(), one)
+            if r is not None:
+                K.residual_act(y, r, act)
 
         return run_mkl
     wf = np.asfortranarray(w2, dtype=np.float32)
 
-    def run_openblas(a, y):
-        K.gemm_bias_act(a, wf, y, bias, has_bias, act, numba.get_num_threads())
+    def run_openblas(a, y, r=None):
+        K.gemm_bias_act(a, wf, y, bias, has_bias, act if r is None else 0, threads())
+        if r is not None:
+            K.residual_act(y, r, act)
 
     return run_openblas
 
@@ -82,6 +89,11 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
     bias, has_bias, act = _bias_act(ctx, oc)
     scheme = ctx.scheme
     rows = x_shape[0] * oh * ow
+    res = len(ctx.in_shapes) > 3  # a residual (input 3) added before the activation (passes.fuse_residual_adds)
+    post_act = 0 if res else act  # what a scheme without a fused residual applies itself
+
+    def residual(ins):
+        return ins[3].reshape(rows, oc) if res else None
 
     if scheme.name in ("gemm", "strassen"):
         if (kh, kw, sh, sw) != (1, 1, 1, 1) or any(pads):
@@ -93,14 +105,16 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
             def run_strassen(ins, outs, scratch):
                 y2 = outs[0].reshape(rows, oc)
                 strassen_matmul(ins[0].reshape(rows, ic), w2, depth, out=y2)
-                if has_bias or act:
-                    K.bias_act(y2, bias, has_bias, act)
+                if has_bias or post_act:
+                    K.bias_act(y2, bias, has_bias, post_act)
+                if res:
+                    K.residual_act(y2, residual(ins), act)
 
             return Execution(run_strassen)
         gemm = gemm_runner(w.reshape(ic, oc), bias, has_bias, act)
 
         def run_gemm(ins, outs, scratch):  # NHWC is already the (rows, ic) matrix: no copy
-            gemm(ins[0].reshape(rows, ic), outs[0].reshape(rows, oc))
+            gemm(ins[0].reshape(rows, ic), outs[0].reshape(rows, oc), residual(ins))
 
         return Execution(run_gemm)
 
@@ -133,7 +147,9 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
             threads = numba.get_num_threads()
             K.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads)
             products(v, m)
-            K.winograd_output(m, at32, outs[0], bias, has_bias, act, th, tw, threads)
+            K.winograd_output(m, at32, outs[0], bias, has_bias, post_act, th, tw, threads)
+            if res:
+                K.residual_act(outs[0].reshape(rows, oc), residual(ins), act)
 
         return Execution(run_winograd, scratch=(v_bytes, m_bytes))
 
@@ -145,7 +161,7 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
     def run_im2col(ins, outs, scratch):
         col = scratch[0].view(np.float32).reshape(rows, cols)
         K.im2col(ins[0], col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-        gemm(col, outs[0].reshape(rows, oc))
+        gemm(col, outs[0].reshape(rows, oc), residual(ins))
 
     return Execution(run_im2col, scratch=(rows * cols * 4,))
 

@@ -262,15 +262,17 @@ def gemm_mkl_bias_act(a, b, y, bias, has_bias, act, threads, one):
 
 
 @njit(parallel=True, cache=True)
-def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads):
-    """``y = act(a @ B + bias)`` through LETI's own kernel (:mod:`.ckernels`): C-contiguous ``a`` (rows × k)
-    and ``y``, ``bp`` the packed weights ``(panels, k, 16)``, ``bias`` padded to whole panels.
+def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads, res, has_res):
+    """``y = act(a @ B + bias [+ res])`` through LETI's own kernel (:mod:`.ckernels`): C-contiguous ``a``
+    (rows × k), ``y`` and ``res`` (a residual shaped like ``y``, added before the activation when
+    ``has_res``), ``bp`` the packed weights ``(panels, k, 16)``, ``bias`` padded to whole panels.
     Rows are split over the threads in multiples of the kernel's 6; products with too few rows for
     that (a 7×7 map's 49) split the weight panels instead, so no thread sits idle."""
     m, k = a.shape
     n = y.shape[1]
     panels = bp.shape[0]
     b_ptr = bias.ctypes.data if has_bias else 0
+    r_ptr = res.ctypes.data if has_res else 0
     by_rows = m >= 4 * MR * threads or panels < threads
     parts = max(1, min(threads, m // MR if by_rows else panels))
     for i in prange(parts):
@@ -278,13 +280,23 @@ def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads):
             r0 = (i * m // parts) // MR * MR
             r1 = m if i == parts - 1 else ((i + 1) * m // parts) // MR * MR
             leti_sgemm(r1 - r0, n, k, a.ctypes.data + r0 * k * 4, k, bp.ctypes.data, y.ctypes.data + r0 * n * 4, n,
-                       b_ptr, act)
+                       b_ptr, r_ptr + r0 * n * 4 if has_res else 0, act)
         else:
             q0 = i * panels // parts
             q1 = (i + 1) * panels // parts
             cols = min(n, q1 * NR) - q0 * NR
             leti_sgemm(m, cols, k, a.ctypes.data, k, bp.ctypes.data + q0 * k * NR * 4, y.ctypes.data + q0 * NR * 4, n,
-                       b_ptr + q0 * NR * 4 if has_bias else 0, act)
+                       b_ptr + q0 * NR * 4 if has_bias else 0, r_ptr + q0 * NR * 4 if has_res else 0, act)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def residual_act(y, res, act):
+    """In place on 2-D ``(rows, channels)`` arrays: ``y = act(y + res)`` (a shortcut added after a
+    product that ran without its activation)."""
+    rows, ch = y.shape
+    for r in prange(rows):
+        for c in range(ch):
+            y[r, c] = _act(y[r, c] + res[r, c], act)
 
 
 @njit(parallel=True, cache=True)
@@ -296,7 +308,7 @@ def batched_gemm_leti(v, up, m):
     step_u = up.shape[1] * ic * NR * 4
     for p in prange(positions):
         leti_sgemm(tiles, oc, ic, v.ctypes.data + p * tiles * ic * 4, ic, up.ctypes.data + p * step_u,
-                   m.ctypes.data + p * tiles * oc * 4, oc, 0, 0)
+                   m.ctypes.data + p * tiles * oc * 4, oc, 0, 0, 0)
 
 
 @njit(parallel=True, cache=True, fastmath=True)

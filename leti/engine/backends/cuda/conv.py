@@ -182,6 +182,8 @@ def _choose(ctx: OpContext, be, own: Execution | None, forced: bool, make_dnn) -
 
 @EXECUTIONS.register("conv2d")
 def conv2d(ctx: OpContext, be) -> Execution | None:
+    if len(ctx.in_shapes) > 3:  # a fused residual (passes.fuse_residual_adds): the CPU backend's
+        return None
     w = ctx.constants.get(1)
     if w is None:
         return None

@@ -15,7 +15,7 @@
  * run the same kernel with fewer rows; columns past n are computed against the zero padding and
  * stored with a mask. Later k blocks add to what the earlier ones stored; the last one applies the
  * bias and the activation (0 none, 1 relu, 2 relu6) before its store, while the block is still in
- * registers.
+ * registers; a residual (a shortcut added after a convolution) is added there too.
  *
  * One call is single-threaded: the engine splits rows (or panels, for few rows) over numba's
  * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/ckernels.py.
@@ -57,6 +57,10 @@ static inline __attribute__((always_inline)) __m256 finish(__m256 v, __m256 b, i
                 c##r##1 = _mm256_add_ps(c##r##1, _mm256_loadu_ps(yr + 8));                          \
             }                                                                                       \
             if (last) {                                                                             \
+                if (res) {                                                                          \
+                    c##r##0 = _mm256_add_ps(c##r##0, _mm256_loadu_ps(res + r * ldy));                \
+                    c##r##1 = _mm256_add_ps(c##r##1, _mm256_loadu_ps(res + r * ldy + 8));            \
+                }                                                                                   \
                 c##r##0 = finish(c##r##0, bias0, act);                                              \
                 c##r##1 = finish(c##r##1, bias1, act);                                              \
             }                                                                                       \
@@ -68,6 +72,10 @@ static inline __attribute__((always_inline)) __m256 finish(__m256 v, __m256 b, i
                 c##r##1 = _mm256_add_ps(c##r##1, _mm256_maskload_ps(yr + 8, m1));                   \
             }                                                                                       \
             if (last) {                                                                             \
+                if (res) {                                                                          \
+                    c##r##0 = _mm256_add_ps(c##r##0, _mm256_maskload_ps(res + r * ldy, m0));         \
+                    c##r##1 = _mm256_add_ps(c##r##1, _mm256_maskload_ps(res + r * ldy + 8, m1));     \
+                }                                                                                   \
                 c##r##0 = finish(c##r##0, bias0, act);                                              \
                 c##r##1 = finish(c##r##1, bias1, act);                                              \
             }                                                                                       \
@@ -79,7 +87,7 @@ static inline __attribute__((always_inline)) __m256 finish(__m256 v, __m256 b, i
 /* y[mr x nr] (op)= a[mr x kc] . b[kc x 16]; mr is a compile-time constant after inlining */
 static inline __attribute__((always_inline)) void
 micro(const int mr, int64_t kc, const float *restrict a, int64_t lda, const float *restrict b, float *restrict y,
-      int64_t ldy, int64_t nr, int first, int last, const float *bias, int64_t act) {
+      int64_t ldy, int64_t nr, int first, int last, const float *bias, const float *res, int64_t act) {
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
@@ -97,10 +105,11 @@ micro(const int mr, int64_t kc, const float *restrict a, int64_t lda, const floa
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
-/* y = act(a . B + bias) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
- * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded). */
+/* y = act(a . B + bias + res) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
+ * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded), res: NULL or a residual laid out like y
+ * (row stride ldy: a ResNet shortcut added in the same epilogue). */
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
-                int64_t ldy, const float *bias, int64_t act) {
+                int64_t ldy, const float *bias, const float *res, int64_t act) {
     int64_t panels = (n + NR - 1) / NR;
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC;
@@ -115,13 +124,14 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
                     const float *bq = bp + (q * k + k0) * NR;
                     float *yq = y + i * ldy + q * NR;
                     const float *bs = bias ? bias + q * NR : 0;
+                    const float *rs = res ? res + i * ldy + q * NR : 0;
                     switch (rows) {
-                    case 6: micro(6, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
-                    case 5: micro(5, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
-                    case 4: micro(4, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
-                    case 3: micro(3, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
-                    case 2: micro(2, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
-                    default: micro(1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, act); break;
+                    case 6: micro(6, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
+                    case 5: micro(5, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
+                    case 4: micro(4, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
+                    case 3: micro(3, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
+                    case 2: micro(2, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
+                    default: micro(1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
                     }
                 }
             }
