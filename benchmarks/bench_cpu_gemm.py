@@ -20,6 +20,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from leti.engine.backends.cpu import blas, ckernels
+from leti.engine.backends.cpu import gemm as G
 from leti.engine.backends.cpu import kernels as K
 
 # (rows, k, n): MobileNet v2 224's pointwise convolutions (one per distinct shape), then larger products
@@ -57,7 +58,7 @@ def main() -> None:
         if avail["mkl"]:
             run["mkl"] = partial(K.gemm_mkl_bias_act, a, w, y["mkl"], bias, True, 2, args.threads, blas.ONE_THREAD)
         if avail["leti"]:
-            run["leti"] = partial(K.gemm_leti_bias_act, a, ckernels.pack(w), y["leti"], ckernels.pad_bias(bias, n),
+            run["leti"] = partial(G.gemm_leti_bias_act, a, ckernels.pack(w), y["leti"], ckernels.pad_bias(bias, n),
                                   True, 2, args.threads, np.zeros((1, 1), np.float32), False)
         for p, f in run.items():
             f()

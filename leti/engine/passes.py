@@ -102,36 +102,43 @@ def fuse_activations(g: Graph) -> tuple[Graph, int]:
     return g, count
 
 
-def merge_adds(g: Graph) -> tuple[Graph, int]:
+def _rewrite_until_fixed(g: Graph, rewrite) -> tuple[Graph, int]:
+    """Apply ``rewrite(g, node, producers, consumers) -> bool`` (True: it rewrote ``g``) to a copy of ``g``,
+    node by node and again from the start after every rewrite, until no node changes; returns the graph
+    and the number of rewrites."""
     g = g.copy()
     count = 0
-    changed = True
-    while changed:
-        changed = False
+    while True:
         prod, cons = g.producers(), g.consumers()
-        for n in g.nodes:
-            if n.op not in ("add", "add_n"):
-                continue
-            out_shape = g.tensors[n.outputs[0]].shape
-            new_inputs, merged = [], None
-            for t in n.inputs:
-                p = prod.get(t)
-                if (not merged and p is not None and p.op in ("add", "add_n")
-                        and p.attrs.get("activation", "none") == "none" and _sole_reader(g, t, cons)
-                        and all(g.tensors[i].shape == out_shape for i in p.inputs)
-                        and all(g.tensors[i].shape == out_shape for i in n.inputs)):
-                    new_inputs += p.inputs
-                    merged = p
-                    g.tensors.pop(t)
-                else:
-                    new_inputs.append(t)
-            if merged:
-                n.op, n.inputs = "add_n", new_inputs
-                g.nodes = [m for m in g.nodes if m is not merged]
-                count += 1
-                changed = True
-                break
-    return g, count
+        if not any(rewrite(g, n, prod, cons) for n in g.nodes):
+            return g, count
+        count += 1
+
+
+def _merge_add(g: Graph, n: Node, prod, cons) -> bool:
+    if n.op not in ("add", "add_n"):
+        return False
+    out_shape = g.tensors[n.outputs[0]].shape
+    new_inputs, merged = [], None
+    for t in n.inputs:
+        p = prod.get(t)
+        if (not merged and p is not None and p.op in ("add", "add_n")
+                and p.attrs.get("activation", "none") == "none" and _sole_reader(g, t, cons)
+                and all(g.tensors[i].shape == out_shape for i in p.inputs)
+                and all(g.tensors[i].shape == out_shape for i in n.inputs)):
+            new_inputs += p.inputs
+            merged = p
+            g.tensors.pop(t)
+        else:
+            new_inputs.append(t)
+    if merged:
+        n.op, n.inputs = "add_n", new_inputs
+        g.nodes = [m for m in g.nodes if m is not merged]
+    return merged is not None
+
+
+def merge_adds(g: Graph) -> tuple[Graph, int]:
+    return _rewrite_until_fixed(g, _merge_add)
 
 
 def remove_dead(g: Graph) -> tuple[Graph, int]:
@@ -151,45 +158,37 @@ def remove_dead(g: Graph) -> tuple[Graph, int]:
     return g, removed
 
 
+def _fuse_residual_add(g: Graph, n: Node, prod, cons) -> bool:
+    if n.op != "add" or len(n.inputs) != 2:
+        return False
+    out_shape = g.tensors[n.outputs[0]].shape
+    for k, t in enumerate(n.inputs):
+        p, other = prod.get(t), n.inputs[1 - k]
+        if (p is None or p.op != "conv2d" or len(p.inputs) > 3 or p.attrs.get("activation", "none") != "none"
+                or not _sole_reader(g, t, cons) or other == t or g.is_constant(other)
+                or g.tensors[other].shape != out_shape or g.tensors[t].shape != out_shape
+                or g.tensors[other].dtype != g.tensors[t].dtype):
+            continue
+        if len(p.inputs) == 2:
+            oc = g.tensors[p.inputs[1]].shape[3]
+            p.inputs.append(g.add_constant(f"{p.name}/zero_bias", np.zeros(oc, np.float32)))
+        p.inputs.append(other)
+        p.attrs["activation"] = n.attrs.get("activation", "none")
+        g.nodes.remove(p)  # the conv now runs where the add ran: after ``other`` is computed
+        g.nodes.insert(g.nodes.index(n), p)
+        _rename_output(g, p, t, n.outputs[0])
+        g.nodes.remove(n)
+        return True
+    return False
+
+
 def fuse_residual_adds(g: Graph) -> tuple[Graph, int]:
     """``add(conv2d(...), r)`` → ``conv2d(..., bias, r)`` with the add's activation: the shortcut of a
     ResNet block added in the convolution's epilogue instead of a separate pass over memory (the CPU
     backend's GEMM adds it in registers). Only a convolution without an activation of its own, whose
     output the add alone reads, with ``r`` shaped like that output; a convolution without a bias gets
     a zero bias (input 2) so the residual is input 3."""
-    g = g.copy()
-    count = 0
-    changed = True
-    while changed:
-        changed = False
-        prod, cons = g.producers(), g.consumers()
-        for n in g.nodes:
-            if n.op != "add" or len(n.inputs) != 2:
-                continue
-            out_shape = g.tensors[n.outputs[0]].shape
-            for k, t in enumerate(n.inputs):
-                p, other = prod.get(t), n.inputs[1 - k]
-                if (p is None or p.op != "conv2d" or len(p.inputs) > 3 or p.attrs.get("activation", "none") != "none"
-                        or not _sole_reader(g, t, cons) or other == t or g.is_constant(other)
-                        or g.tensors[other].shape != out_shape or g.tensors[t].shape != out_shape
-                        or g.tensors[other].dtype != g.tensors[t].dtype):
-                    continue
-                if len(p.inputs) == 2:
-                    oc = g.tensors[p.inputs[1]].shape[3]
-                    p.inputs.append(g.add_constant(f"{p.name}/zero_bias", np.zeros(oc, np.float32)))
-                p.inputs.append(other)
-                p.attrs["activation"] = n.attrs.get("activation", "none")
-                # the conv now runs where the add ran: after ``other`` is computed
-                g.nodes.remove(p)
-                g.nodes.insert(g.nodes.index(n), p)
-                _rename_output(g, p, t, n.outputs[0])
-                g.nodes.remove(n)
-                count += 1
-                changed = True
-                break
-            if changed:
-                break
-    return g, count
+    return _rewrite_until_fixed(g, _fuse_residual_add)
 
 
 PIPELINE = (("fold_constants", fold_constants), ("fold_batch_norm", fold_batch_norm),

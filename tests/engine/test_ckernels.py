@@ -1,12 +1,12 @@
-"""LETI's own SGEMM (leti/engine/backends/cpu/csrc/gemm.c): built with the machine's compiler, its
-packing, the row/panel split over threads, the k blocks and the fused epilogue, against NumPy; and
-why it is unavailable when it is."""
+"""LETI's own C kernels (leti/engine/backends/cpu/csrc/): the build (and why it is unavailable when it is),
+the GEMM's packing, row/panel split over threads, k blocks and fused epilogue (bias, residual, activation)
+and the 3×3 depthwise kernel, against NumPy."""
 
 import numpy as np
 import pytest
 
 from leti.engine.backends.cpu import blas, ckernels
-from leti.engine.backends.cpu import kernels as K
+from leti.engine.backends.cpu import gemm as G
 from tests.engine.conftest import rel_err
 
 TOL = 1e-5
@@ -50,7 +50,7 @@ def test_leti_gemm_matches_numpy(rng, threads, rows, k, n, act, has_bias, has_re
     bias = rng.standard_normal(n).astype(np.float32) * 4
     res = rng.standard_normal((rows, n)).astype(np.float32) * 8 if has_res else np.zeros((1, 1), np.float32)
     y = np.full((rows, n), np.nan, np.float32)
-    K.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n) if has_bias else np.zeros(1, np.float32),
+    G.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n) if has_bias else np.zeros(1, np.float32),
                          has_bias, act, threads, res, has_res)
     ref = _ref(a, w, bias if has_bias else None, 0) + (res if has_res else 0)
     ref = {0: ref, 1: np.maximum(ref, 0), 2: np.clip(ref, 0, 6)}[act]
@@ -64,7 +64,7 @@ def test_leti_gemm_writes_only_its_own_columns(rng):
     w = rng.standard_normal((10, 20)).astype(np.float32)
     buf = np.full(8 * 20 + 16, -3.0, np.float32)
     y = buf[:160].reshape(8, 20)
-    K.gemm_leti_bias_act(a, ckernels.pack(w), y, np.zeros(1, np.float32), False, 0, 2, np.zeros((1, 1), np.float32),
+    G.gemm_leti_bias_act(a, ckernels.pack(w), y, np.zeros(1, np.float32), False, 0, 2, np.zeros((1, 1), np.float32),
                          False)
     assert rel_err(y, a.astype(np.float64) @ w) < TOL
     assert (buf[160:] == -3.0).all()
@@ -75,7 +75,7 @@ def test_batched_winograd_products(rng):
     v = rng.standard_normal((16, 37, 20)).astype(np.float32)
     u = rng.standard_normal((16, 20, 45)).astype(np.float32)
     m = np.full((16, 37, 45), np.nan, np.float32)
-    K.batched_gemm_leti(v, ckernels.pack(u), m)
+    G.batched_gemm_leti(v, ckernels.pack(u), m)
     assert rel_err(m, v.astype(np.float64) @ u) < TOL
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
 from leti.engine.backends.cpu import blas, ckernels
+from leti.engine.backends.cpu import gemm as G
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.backends.cpu.dwconv import depthwise3x3, depthwise3x3_leti, depthwise3x3_rows
 from leti.engine.ops.conv2d import geometry
@@ -50,7 +51,7 @@ def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
         bpad = ckernels.pad_bias(bias, n) if has_bias else _EMPTY
 
         def run_leti(a, y, r=None):
-            K.gemm_leti_bias_act(a, bp, y, bpad, has_bias, act, threads(), _EMPTY2 if r is None else r, r is not None)
+            G.gemm_leti_bias_act(a, bp, y, bpad, has_bias, act, threads(), _EMPTY2 if r is None else r, r is not None)
 
         return run_leti
     if blas.mkl() is not None:
@@ -129,7 +130,7 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
             up = ckernels.pack(u)  # per position (panels, ic, 16)
 
             def products(v, m):
-                K.batched_gemm_leti(v, up, m)
+                G.batched_gemm_leti(v, up, m)
         else:
             ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)  # per position (oc, ic)
 

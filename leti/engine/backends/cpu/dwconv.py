@@ -19,8 +19,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from leti.engine.backends.cpu import ckernels
 from leti.engine.backends.cpu.ckernels import dwconv3x3
 from leti.engine.backends.cpu.kernels import _act
+
+ckernels.library()  # loaded before numba links depthwise3x3_leti (see gemm.py)
 
 
 @njit(parallel=True, cache=True)

@@ -1,0 +1,54 @@
+"""numba drivers of LETI's own SGEMM (:mod:`.ckernels`, ``csrc/gemm.c``): the split of one product over
+numba's threads, and the α² Winograd products."""
+
+from __future__ import annotations
+
+from numba import njit, prange
+
+from leti.engine.backends.cpu import ckernels
+from leti.engine.backends.cpu.ckernels import MR, NR
+from leti.engine.backends.cpu.ckernels import sgemm as leti_sgemm
+
+# The C kernels' symbols must be loaded before numba links a kernel that calls them (an unresolved symbol
+# is a jump to address 0): build/load them now, so that no caller depends on having asked first.
+ckernels.library()
+
+
+@njit(parallel=True, cache=True)
+def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads, res, has_res):
+    """``y = act(a @ B + bias [+ res])`` through LETI's own kernel (:mod:`.ckernels`): C-contiguous ``a``
+    (rows × k), ``y`` and ``res`` (a residual shaped like ``y``, added before the activation when
+    ``has_res``), ``bp`` the packed weights ``(panels, k, 16)``, ``bias`` padded to whole panels.
+    Rows are split over the threads in multiples of the kernel's 6; products with too few rows for
+    that (a 7×7 map's 49) split the weight panels instead, so no thread sits idle."""
+    m, k = a.shape
+    n = y.shape[1]
+    panels = bp.shape[0]
+    b_ptr = bias.ctypes.data if has_bias else 0
+    r_ptr = res.ctypes.data if has_res else 0
+    by_rows = m >= 4 * MR * threads or panels < threads
+    parts = max(1, min(threads, m // MR if by_rows else panels))
+    for i in prange(parts):
+        if by_rows:
+            r0 = (i * m // parts) // MR * MR
+            r1 = m if i == parts - 1 else ((i + 1) * m // parts) // MR * MR
+            leti_sgemm(r1 - r0, n, k, a.ctypes.data + r0 * k * 4, k, bp.ctypes.data, y.ctypes.data + r0 * n * 4, n,
+                       b_ptr, r_ptr + r0 * n * 4 if has_res else 0, act)
+        else:
+            q0 = i * panels // parts
+            q1 = (i + 1) * panels // parts
+            cols = min(n, q1 * NR) - q0 * NR
+            leti_sgemm(m, cols, k, a.ctypes.data, k, bp.ctypes.data + q0 * k * NR * 4, y.ctypes.data + q0 * NR * 4, n,
+                       b_ptr + q0 * NR * 4 if has_bias else 0, r_ptr + q0 * NR * 4 if has_res else 0, act)
+
+
+@njit(parallel=True, cache=True)
+def batched_gemm_leti(v, up, m):
+    """``m[p] = v[p] @ U[p]`` for every Winograd position p, ``up`` the packed ``U`` (:func:`ckernels.pack`
+    of a ``(P, ic, oc)`` stack); one kernel call per position in numba's pool."""
+    positions, tiles, ic = v.shape
+    oc = m.shape[2]
+    step_u = up.shape[1] * ic * NR * 4
+    for p in prange(positions):
+        leti_sgemm(tiles, oc, ic, v.ctypes.data + p * tiles * ic * 4, ic, up.ctypes.data + p * step_u,
+                   m.ctypes.data + p * tiles * oc * 4, oc, 0, 0, 0)
