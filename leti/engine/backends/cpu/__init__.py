@@ -1,8 +1,10 @@
-"""The CPU backend: NumPy/BLAS for matrix products, numba kernels (cached on disk) for the rest.
+"""The CPU backend: LETI's own C kernels for matrix products and 3×3 depthwise convolutions
+(:mod:`.ckernels`; MKL/OpenBLAS and numba where they cannot build), numba kernels (cached on disk)
+for the rest.
 
 ``threads`` sets numba's thread pool (per run: cheap). Every matrix product runs as single-threaded
-BLAS calls inside that pool (see :mod:`.conv`): two thread pools on the same cores ran several
-times slower. The BLAS limit is process-wide and slow to apply, so it is reference-counted: the
+calls inside that pool (see :mod:`.conv`): two thread pools on the same cores ran several times
+slower. The BLAS limit is process-wide and slow to apply, so it is reference-counted: the
 first backend's first run applies it, the last backend to :meth:`CPUBackend.close` restores it
 (``docs/engine.md`` has the measurements). Executions register in ``executions_of("cpu")``
 (:mod:`.basic`, :mod:`.conv`); one that cannot handle a configuration (weights computed at run
