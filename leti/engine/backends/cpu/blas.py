@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 from numba import types
 
+from leti.engine.backends.cpu import ckernels
+
 SYMBOLS = ("sgemm_", "mkl_set_num_threads_local_")
 
 # Fortran calling convention: every argument by reference. Pointers are declared as intp: on the
@@ -65,8 +67,6 @@ def mkl() -> Path | None:
 
 def name() -> str:
     """What the CPU backend's GEMMs use now: ``leti`` (its own kernel, :mod:`.ckernels`), ``mkl`` or ``openblas``."""
-    from leti.engine.backends.cpu import ckernels
-
     if ckernels.library() is not None:
         return "leti"
     return "mkl" if mkl() is not None else "openblas"

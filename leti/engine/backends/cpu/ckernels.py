@@ -11,7 +11,7 @@ registers. On this project's Zen 3 host (one thread) that made 22 MobileNet, Res
 1.05–1.64× faster than MKL's SGEMM (16.4 vs 20.5 ms summed), and it spares loading MKL (~90 MiB) at
 all (``benchmarks/bench_cpu_gemm.py``, ``docs/engine.md``).
 
-The shared library (every ``csrc/*.c`` in one) lands in ``$LETI_CACHE_DIR`` (default ``~/.cache/leti``),
+The shared library (every ``csrc/*.c`` in one, sharing ``csrc/simd.h``) lands in ``$LETI_CACHE_DIR`` (default ``~/.cache/leti``),
 named by a hash of the sources and the flags, written under a temporary name and renamed, so concurrent first uses (test
 workers) never see half a file. It is loaded into numba's JIT with llvmlite, like MKL in
 :mod:`.blas`: numba kernels call its functions by symbol and stay cacheable on disk.
@@ -35,6 +35,8 @@ import numpy as np
 from numba import types
 
 SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
+#: what the build depends on: the sources and the header they share
+DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: the micro-kernel's block: MR rows of a by NR packed columns of B
@@ -97,7 +99,7 @@ def library() -> Path | None:
     reason = _cpu_supported()
     if reason:
         return None
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + " ".join(FLAGS).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in DEPENDS) + " ".join(FLAGS).encode()).hexdigest()[:16]
     path = cache_dir() / f"leti_kernels-{digest}.so"
     if not path.is_file():
         reason = _build(path)

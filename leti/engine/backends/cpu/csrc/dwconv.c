@@ -13,22 +13,10 @@
  * One call covers output rows r0..r1-1 of the (batch x out-height) rows; the engine splits rows over
  * numba's thread pool. Built with gemm.c into one library (ckernels.py).
  */
-#include <immintrin.h>
-#include <stdint.h>
+#include "simd.h"
 
 /* output columns per chunk: the chunk's inputs stay in L1 while every channel block passes over them */
 #define XC 4
-
-static inline __m256i dw_mask(int64_t lanes) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), idx);
-}
-
-static inline __attribute__((always_inline)) __m256 dw_act(__m256 v, int64_t act) {
-    if (act >= 1) v = _mm256_max_ps(v, _mm256_setzero_ps());
-    if (act == 2) v = _mm256_min_ps(v, _mm256_set1_ps(6.0f));
-    return v;
-}
 
 void leti_dwconv3x3(const float *x, float *y, const float *w, const float *bias, int64_t h, int64_t wd,
                     int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
@@ -69,7 +57,7 @@ void leti_dwconv3x3(const float *x, float *y, const float *w, const float *bias,
                         acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + s + d1), wk[7], acc1);
                         acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + s + d2), wk[8], acc2);
                         _mm256_storeu_ps(yr + xo * c + cb,
-                                         dw_act(_mm256_add_ps(_mm256_add_ps(acc0, acc1), acc2), act));
+                                         activate(_mm256_add_ps(_mm256_add_ps(acc0, acc1), acc2), act));
                     }
                 }
             }
@@ -91,15 +79,15 @@ void leti_dwconv3x3(const float *x, float *y, const float *w, const float *bias,
                         for (int64_t j = j0; j < j1; ++j)
                             acc = _mm256_fmadd_ps(_mm256_loadu_ps(xi + (iy + i * dh) * row_in + (ix + j * dw) * c + cb),
                                                   _mm256_loadu_ps(w + (i * 3 + j) * c + cb), acc);
-                    _mm256_storeu_ps(yr + xo * c + cb, dw_act(acc, act));
+                    _mm256_storeu_ps(yr + xo * c + cb, activate(acc, act));
                 } else {
-                    __m256i m = dw_mask(c - cb);
+                    __m256i m = lane_mask(c - cb);
                     __m256 acc = bias ? _mm256_maskload_ps(bias + cb, m) : _mm256_setzero_ps();
                     for (int64_t i = i0; i < i1; ++i)
                         for (int64_t j = j0; j < j1; ++j)
                             acc = _mm256_fmadd_ps(_mm256_maskload_ps(xi + (iy + i * dh) * row_in + (ix + j * dw) * c + cb, m),
                                                   _mm256_maskload_ps(w + (i * 3 + j) * c + cb, m), acc);
-                    _mm256_maskstore_ps(yr + xo * c + cb, m, dw_act(acc, act));
+                    _mm256_maskstore_ps(yr + xo * c + cb, m, activate(acc, act));
                 }
             }
         }

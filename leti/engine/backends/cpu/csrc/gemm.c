@@ -20,25 +20,15 @@
  * One call is single-threaded: the engine splits rows (or panels, for few rows) over numba's
  * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/ckernels.py.
  */
-#include <immintrin.h>
-#include <stdint.h>
+#include "simd.h"
 
 #define MR 6
 #define NR 16
 #define KC 256
 #define PC 16
 
-static inline __m256i tail_mask(int64_t cols) {
-    /* lanes 0..cols-1 set (cols in 0..8) */
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cols), idx);
-}
-
 static inline __attribute__((always_inline)) __m256 finish(__m256 v, __m256 b, int64_t act) {
-    v = _mm256_add_ps(v, b);
-    if (act >= 1) v = _mm256_max_ps(v, _mm256_setzero_ps());
-    if (act == 2) v = _mm256_min_ps(v, _mm256_set1_ps(6.0f));
-    return v;
+    return activate(_mm256_add_ps(v, b), act);
 }
 
 #define ROW(r)                                                                                      \
@@ -101,7 +91,7 @@ micro(const int mr, int64_t kc, const float *restrict a, int64_t lda, const floa
         bias0 = _mm256_loadu_ps(bias);
         bias1 = _mm256_loadu_ps(bias + 8);
     }
-    __m256i m0 = tail_mask(nr < 8 ? nr : 8), m1 = tail_mask(nr > 8 ? nr - 8 : 0);
+    __m256i m0 = lane_mask(nr < 8 ? nr : 8), m1 = lane_mask(nr > 8 ? nr - 8 : 0);
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 

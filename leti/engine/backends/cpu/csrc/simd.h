@@ -1,0 +1,20 @@
+/* Helpers shared by LETI's C kernels (AVX2). */
+#ifndef LETI_SIMD_H
+#define LETI_SIMD_H
+#include <immintrin.h>
+#include <stdint.h>
+
+/* lanes 0..lanes-1 set (lanes in 0..8): the mask of a tail shorter than a vector */
+static inline __m256i lane_mask(int64_t lanes) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), idx);
+}
+
+/* the fused activation: 0 none, 1 relu, 2 relu6 */
+static inline __attribute__((always_inline)) __m256 activate(__m256 v, int64_t act) {
+    if (act >= 1) v = _mm256_max_ps(v, _mm256_setzero_ps());
+    if (act == 2) v = _mm256_min_ps(v, _mm256_set1_ps(6.0f));
+    return v;
+}
+
+#endif
