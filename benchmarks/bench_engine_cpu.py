@@ -479,6 +479,10 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
     return runners
 
 
+#: Pause before each block of timed runs (see :func:`time_interleaved`).
+PAUSE_S = 0.05
+
+
 def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> dict[str, float]:
     for fn, _ in runners.values():
         for _ in range(warmup):
@@ -490,6 +494,11 @@ def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> 
         rng.shuffle(keys)
         for k in keys:
             fn = runners[k][0]
+            # the previous engine's worker threads may still be spinning for work (ONNX Runtime's and OpenBLAS's
+            # do for milliseconds); on 2 cores they would take a core from this block: let them sleep first,
+            # then one untimed run brings this engine's weights back into the cache
+            time.sleep(PAUSE_S)
+            fn()
             ts = []
             for _ in range(runs):
                 t0 = time.perf_counter()

@@ -147,3 +147,41 @@ def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride
     y = np.full((nb, oh, ow, c), np.nan, np.float32)
     depthwise3x3_leti(x, np.ascontiguousarray(w.reshape(9, c)), b, True, y, sh, sw, dh, dw, pt, pl, act, threads)
     assert rel_err(y, _dw_ref(x, w, b, stride, dil, pads, (oh, ow), act)) < TOL
+
+
+def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):
+    (sh, sw), (pt, pl), (oh, ow) = stride, pads, out_hw
+    nb, h, wd, c = x.shape
+    kh, kw, _, oc = w.shape
+    xp = np.zeros((nb, h + pt + kh + sh * oh, wd + pl + kw + sw * ow, c))
+    xp[:, pt:pt + h, pl:pl + wd] = x
+    y = np.zeros((nb, oh, ow, oc)) + (0 if b is None else b) + (0 if res is None else res)
+    for i in range(kh):
+        for j in range(kw):
+            y += xp[:, i: i + sh * oh: sh, j: j + sw * ow: sw][:, :oh, :ow] @ w[i, j].astype(np.float64)
+    return {0: y, 1: np.maximum(y, 0), 2: np.clip(y, 0, 6)}[act]
+
+
+@needs_leti
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("nb, h, wd, c, oc, k, stride, pads, out_hw, act, has_bias, has_res", [
+    (1, 16, 18, 3, 32, (3, 3), (2, 2), (0, 0), (8, 9), 2, True, False),   # a stem: 'same' at stride 2 pads after
+    (2, 9, 7, 3, 20, (3, 3), (1, 1), (1, 1), (9, 7), 1, True, True),      # two images, a masked panel, a residual
+    (1, 11, 13, 1, 5, (5, 5), (1, 2), (2, 2), (11, 7), 0, False, False),  # one channel, unequal strides
+    (1, 10, 10, 8, 16, (7, 7), (2, 2), (3, 3), (5, 5), 1, True, False),   # a ResNet-like 7x7 stem window
+    (1, 9, 9, 4, 17, (3, 3), (2, 2), (0, 0), (4, 4), 0, True, False),     # valid: the last column is never read
+    (1, 3, 20, 2, 40, (3, 1), (1, 1), (1, 0), (3, 20), 2, False, False),  # a 3x1 window, three panels
+])
+def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, stride, pads, out_hw, act, has_bias,
+                                         has_res):
+    (kh, kw), (sh, sw), (pt, pl), (oh, ow) = k, stride, pads, out_hw
+    x = rng.standard_normal((nb, h, wd, c)).astype(np.float32)
+    w = rng.standard_normal((kh, kw, c, oc)).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    res = rng.standard_normal((nb, oh, ow, oc)).astype(np.float32) if has_res else None
+    xp = np.full(((oh - 1) * sh + kh, (ow - 1) * sw + kw, c), np.nan, np.float32)  # every element written
+    y = np.full((nb, oh, ow, oc), np.nan, np.float32)
+    G.conv_window_leti(x, xp, ckernels.pack(w.reshape(kh * kw * c, oc)), y,
+                       ckernels.pad_bias(b, oc) if has_bias else np.zeros(1, np.float32), has_bias,
+                       res if has_res else np.zeros((1, 1), np.float32), has_res, kh, kw, sh, sw, pt, pl, act, threads)
+    assert rel_err(y, _conv_ref(x, w, b if has_bias else None, stride, pads, out_hw, act, res)) < TOL

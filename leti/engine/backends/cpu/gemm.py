@@ -52,3 +52,25 @@ def batched_gemm_leti(v, up, m):
     for p in prange(positions):
         leti_sgemm(tiles, oc, ic, v.ctypes.data + p * tiles * ic * 4, ic, up.ctypes.data + p * step_u,
                    m.ctypes.data + p * tiles * oc * 4, oc, 0, 0, 0)
+
+
+@njit(parallel=True, cache=True)
+def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, kh, kw, sh, sw, pt, pl, act, threads):
+    """``y = act(conv(x, W) + bias [+ res])`` for a window over few channels (``ckernels.conv_window``):
+    per image, the zero-padded copy ``xp`` (hp × wp × ic scratch) is written by row blocks over the threads,
+    then the output rows are split over them. ``bp``: the (kh·kw·ic) × n weights packed; no dilation."""
+    nb, h, wd, c = x.shape
+    hp, wp = xp.shape[0], xp.shape[1]
+    oh, ow, n = y.shape[1], y.shape[2], y.shape[3]
+    b_ptr = bias.ctypes.data if has_bias else 0
+    for b in range(nb):
+        x_ptr = x.ctypes.data + b * h * wd * c * 4
+        parts = max(1, min(threads, hp))
+        for i in prange(parts):
+            ckernels.pad_nhwc(x_ptr, h, wd, c, xp.ctypes.data, hp, wp, pt, pl, i * hp // parts, (i + 1) * hp // parts)
+        parts = max(1, min(threads, oh))
+        y_ptr = y.ctypes.data + b * oh * ow * n * 4
+        r_ptr = res.ctypes.data + b * oh * ow * n * 4 if has_res else 0
+        for i in prange(parts):
+            ckernels.conv_window(xp.ctypes.data, wp, c, kh, kw, sh, sw, bp.ctypes.data, n, y_ptr, ow, b_ptr, r_ptr,
+                                 act, i * oh // parts, (i + 1) * oh // parts)

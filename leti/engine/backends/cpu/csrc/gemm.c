@@ -20,6 +20,8 @@
  * One call is single-threaded: the engine splits rows (or panels, for few rows) over numba's
  * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/ckernels.py.
  */
+#include <string.h>
+
 #include "simd.h"
 
 #define MR 6
@@ -126,5 +128,88 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
                 }
             }
         }
+    }
+}
+
+/* The sliding-window convolution as an implicit GEMM, for windows over few input channels (a stem's
+ * 3x3 over RGB): no column matrix. Row j of a tile of 6 output pixels reads its patch straight from a
+ * zero-padded copy of the input (xp, width wp): for each window row, kw * ic contiguous floats, and
+ * pixel j + 1 starts sw * ic floats after pixel j. B is the (kh * kw * ic) x n weights packed as for
+ * leti_sgemm, so window row s is k rows s * kw * ic ... of every panel. The 12 accumulators stay in
+ * registers over the whole window; the bias, activation and residual are applied before the only store. */
+static inline __attribute__((always_inline)) void
+micro_window(const int mr, int64_t nseg, int64_t seglen, int64_t seg_stride, const float *restrict a0,
+             int64_t lda, const float *restrict bpanel, float *restrict y, int64_t ldy, int64_t nr,
+             const float *bias, const float *res, int64_t act) {
+    const int first = 1, last = 1;
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nseg; ++s) {
+        const float *a = a0 + s * seg_stride;
+        const float *b = bpanel + s * seglen * NR;
+        for (int64_t p = 0; p < seglen; ++p) {
+            __m256 b0 = _mm256_load_ps(b + p * NR);
+            __m256 b1 = _mm256_load_ps(b + p * NR + 8);
+            ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+        }
+    }
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
+    if (bias) {
+        bias0 = _mm256_loadu_ps(bias);
+        bias1 = _mm256_loadu_ps(bias + 8);
+    }
+    __m256i m0 = lane_mask(nr < 8 ? nr : 8), m1 = lane_mask(nr > 8 ? nr - 8 : 0);
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+}
+
+/* Output rows r0..r1-1 of one image: y (oh x ow x n, NHWC) = act(conv(xp, W) + bias + res), xp the
+ * zero-padded input (hp x wp x ic, already padded by pt/pl, stride sh/sw, no dilation), bp the packed
+ * (kh * kw * ic) x n weights, bias padded to whole panels or NULL, res laid out like y or NULL. */
+void leti_conv_window(const float *xp, int64_t wp, int64_t ic, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                      const float *bp, int64_t n, float *y, int64_t ow, const float *bias, const float *res,
+                      int64_t act, int64_t r0, int64_t r1) {
+    int64_t panels = (n + NR - 1) / NR, k = kh * kw * ic, seglen = kw * ic, seg_stride = wp * ic, lda = sw * ic;
+    for (int64_t oy = r0; oy < r1; ++oy) {
+        const float *xrow = xp + oy * sh * wp * ic;
+        for (int64_t i = 0; i < ow; i += MR) {
+            int64_t rows = ow - i < MR ? ow - i : MR;
+            const float *ai = xrow + i * lda;
+            for (int64_t q = 0; q < panels; ++q) {
+                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
+                const float *bq = bp + q * k * NR;
+                int64_t off = (oy * ow + i) * n + q * NR;
+                float *yq = y + off;
+                const float *bs = bias ? bias + q * NR : 0;
+                const float *rs = res ? res + off : 0;
+                switch (rows) {
+                case 6: micro_window(6, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
+                case 5: micro_window(5, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
+                case 4: micro_window(4, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
+                case 3: micro_window(3, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
+                case 2: micro_window(2, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
+                default: micro_window(1, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
+                }
+            }
+        }
+    }
+}
+
+/* Rows r0..r1-1 of the zero-padded copy xp (hp x wp x c) of x (h x wd x c), x placed at (pt, pl). */
+void leti_pad_nhwc(const float *x, int64_t h, int64_t wd, int64_t c, float *xp, int64_t hp, int64_t wp, int64_t pt,
+                   int64_t pl, int64_t r0, int64_t r1) {
+    (void)hp;
+    for (int64_t r = r0; r < r1; ++r) {
+        float *dst = xp + r * wp * c;
+        int64_t sr = r - pt;
+        if (sr < 0 || sr >= h) {
+            memset(dst, 0, (size_t)(wp * c) * sizeof(float));
+            continue;
+        }
+        int64_t cw = wp - pl < wd ? wp - pl : wd; /* a valid window may leave the last columns unread */
+        int64_t right = wp - pl - cw;
+        if (pl > 0) memset(dst, 0, (size_t)(pl * c) * sizeof(float));
+        memcpy(dst + pl * c, x + sr * wd * c, (size_t)(cw * c) * sizeof(float));
+        if (right > 0) memset(dst + (pl + cw) * c, 0, (size_t)(right * c) * sizeof(float));
     }
 }
