@@ -17,10 +17,11 @@ fastest peer, ``x best`` = engine / best peer, ``x im2col`` and ``x numpy`` = en
 ``rel.err`` the engine's largest relative error against TFLite (a peer off by more than 1e-3 is
 dropped and named at the end).
 The machine is shared: engines are interleaved (``--rounds`` rounds, each engine timed ``--runs``
-times per round in a shuffled order) and the figure is the median of the round medians; the load
-average is printed before and after.
+times per round in a shuffled order, each block after a 50 ms pause and one untimed run, so that no other
+engine's spinning workers are still on the cores) and the figure is the median of the round medians; the
+load average is printed before and after.
 
-    .venv/bin/python benchmarks/bench_engine_cpu.py [--networks 2] [--runs 10] [--rounds 5] [--mobilenet] [--resnet50]
+    .venv/bin/python benchmarks/bench_engine_cpu.py [--networks 2] [--runs 5] [--rounds 11] [--mobilenet] [--resnet50]
 
 The last line names the worst case: ``engine/best-peer worst ratio: X.XX (MODEL, N threads)``.
 
@@ -511,8 +512,10 @@ def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--networks", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=10, help="timed runs per engine per round")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the figure is their median)")
+    # many short blocks rather than a few long ones: this host's speed drifts over seconds, and every engine
+    # should sample the same drift (5 x 10 until session 12)
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per engine per round")
+    ap.add_argument("--rounds", type=int, default=11, help="interleaved rounds (the figure is their median)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--mobilenet", action="store_true", help="also MobileNet v1/v2 (slow to convert)")
     ap.add_argument("--mobilenet-size", type=int, default=224)

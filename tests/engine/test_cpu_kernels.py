@@ -115,7 +115,8 @@ def test_batched_gemm_multiplies_by_the_transposed_store(rng):
     assert rel_err(m, v @ ut.transpose(0, 2, 1)) < TOL
 
 
-@pytest.mark.parametrize("n, hw, pads", [(2, (7, 9), (1, 1)), (4, (10, 10), (1, 1)), (3, (6, 5), (0, 2))])
+@pytest.mark.parametrize("n, hw, pads", [(2, (7, 9), (1, 1)), (4, (10, 10), (1, 1)), (3, (6, 5), (0, 2)),
+                                         (6, (13, 11), (1, 1))])  # α = 4, 6, 5 (padded sums), 8 (generic loops)
 @pytest.mark.parametrize("threads", [1, 3])
 def test_winograd_kernels_give_the_convolution(rng, n, hw, pads, threads):
     """Input transform, α² products and output transform together equal a 3×3 convolution with
@@ -136,9 +137,10 @@ def test_winograd_kernels_give_the_convolution(rng, n, hw, pads, threads):
     u = np.einsum("ai,bj,ijco->abco", g, g, wt).reshape(alpha * alpha, ic, oc)
     ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)
     y = np.empty((2, oh, ow, oc), np.float32)
-    K.winograd_input(x, bt.astype(np.float32), v, n, pt, pl, th, tw, threads)
+    at32, bt32 = K.winograd_transforms(at, bt)
+    K.winograd_input(x, bt32, v, n, pt, pl, th, tw, threads)
     K.batched_gemm(v, ut, m)
-    K.winograd_output(m, at.astype(np.float32), y, bias, True, 1, th, tw, threads)
+    K.winograd_output(m, at32, y, bias, True, 1, th, tw, threads)
     xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pt), (pl, pl), (0, 0)))
     ref = sum(xp[:, i:i + oh, j:j + ow] @ wt[i, j] for i in range(3) for j in range(3)) + bias
     assert rel_err(y, np.maximum(ref, 0)) < TOL

@@ -144,7 +144,7 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
 
             def products(v, m):
                 K.batched_gemm(v, ut, m)
-        at32, bt32 = at.astype(np.float32), bt.astype(np.float32)
+        at32, bt32 = K.winograd_transforms(at, bt)
         th, tw = -(-oh // n), -(-ow // n)
         tiles = x_shape[0] * th * tw
         v_bytes, m_bytes = alpha * alpha * tiles * ic * 4, alpha * alpha * tiles * oc * 4
