@@ -8,6 +8,7 @@ from threadpoolctl import threadpool_info
 
 from leti.engine.backends.cpu import CPUBackend, blas, ckernels
 from leti.engine.backends.cpu import kernels as K
+from leti.engine.backends.cpu import winograd_transforms as WT
 from leti.engine.graph import Graph
 from leti.engine.reference import run_reference
 from leti.engine.session import Session
@@ -137,10 +138,10 @@ def test_winograd_kernels_give_the_convolution(rng, n, hw, pads, threads):
     u = np.einsum("ai,bj,ijco->abco", g, g, wt).reshape(alpha * alpha, ic, oc)
     ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)
     y = np.empty((2, oh, ow, oc), np.float32)
-    at32, bt32 = K.winograd_transforms(at, bt)
-    K.winograd_input(x, bt32, v, n, pt, pl, th, tw, threads)
+    at32, bt32 = WT.winograd_transforms(at, bt)
+    WT.winograd_input(x, bt32, v, n, pt, pl, th, tw, threads)
     K.batched_gemm(v, ut, m)
-    K.winograd_output(m, at32, y, bias, True, 1, th, tw, threads)
+    WT.winograd_output(m, at32, y, bias, True, 1, th, tw, threads)
     xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pt), (pl, pl), (0, 0)))
     ref = sum(xp[:, i:i + oh, j:j + ow] @ wt[i, j] for i in range(3) for j in range(3)) + bias
     assert rel_err(y, np.maximum(ref, 0)) < TOL

@@ -1,6 +1,6 @@
-"""The CPU backend: LETI's own C kernels for matrix products and 3×3 depthwise convolutions
-(:mod:`.ckernels`; MKL/OpenBLAS and numba where they cannot build), numba kernels (cached on disk)
-for the rest.
+"""The CPU backend: LETI's own C kernels for matrix products, windows over few channels and 3×3 depthwise
+convolutions (:mod:`.ckernels`; MKL/OpenBLAS and numba where they cannot build), numba kernels (cached on
+disk) for the rest (:mod:`.kernels`, :mod:`.winograd_transforms`, :mod:`.pooling`, :mod:`.dwconv`).
 
 ``threads`` sets numba's thread pool (per run: cheap). Every matrix product runs as single-threaded
 calls inside that pool (see :mod:`.conv`): two thread pools on the same cores ran several times

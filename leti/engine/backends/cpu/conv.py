@@ -28,6 +28,7 @@ from leti.engine.backends.base import Execution, OpContext, executions_of
 from leti.engine.backends.cpu import blas, ckernels
 from leti.engine.backends.cpu import gemm as G
 from leti.engine.backends.cpu import kernels as K
+from leti.engine.backends.cpu import winograd_transforms as WT
 from leti.engine.backends.cpu.dwconv import depthwise3x3, depthwise3x3_leti, depthwise3x3_rows
 from leti.engine.ops.conv2d import geometry
 from leti.engine.strassen import strassen_matmul
@@ -144,7 +145,7 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
 
             def products(v, m):
                 K.batched_gemm(v, ut, m)
-        at32, bt32 = K.winograd_transforms(at, bt)
+        at32, bt32 = WT.winograd_transforms(at, bt)
         th, tw = -(-oh // n), -(-ow // n)
         tiles = x_shape[0] * th * tw
         v_bytes, m_bytes = alpha * alpha * tiles * ic * 4, alpha * alpha * tiles * oc * 4
@@ -154,9 +155,9 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
             v = scratch[0].view(np.float32).reshape(alpha * alpha, tiles, ic)
             m = scratch[1].view(np.float32).reshape(alpha * alpha, tiles, oc)
             threads = numba.get_num_threads()
-            K.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads)
+            WT.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads)
             products(v, m)
-            K.winograd_output(m, at32, outs[0], bias, has_bias, post_act, th, tw, threads)
+            WT.winograd_output(m, at32, outs[0], bias, has_bias, post_act, th, tw, threads)
             if res:
                 K.residual_act(outs[0].reshape(rows, oc), residual(ins), act)
 
