@@ -128,8 +128,16 @@ def slice_(ctx: OpContext, be):
 def mean(ctx: OpContext, be):
     from leti.engine.ops.mean import _axes
 
-    axes = tuple(_axes(ctx.in_shapes[0], ctx.attrs))
+    shape = ctx.in_shapes[0]
+    axes = tuple(_axes(shape, ctx.attrs))
     keep = bool(ctx.attrs.get("keepdims", False))
+    if len(shape) == 4 and axes == (1, 2):  # global average pooling of an NHWC map
+        nb, h, w, c = shape
+
+        def run_spatial(ins, outs, scratch):
+            K.spatial_mean(ins[0].reshape(nb, h * w, c), outs[0].reshape(nb, c))
+
+        return Execution(run_spatial)
 
     def run(ins, outs, scratch):
         np.mean(ins[0], axis=axes, keepdims=keep, out=outs[0])
@@ -159,12 +167,10 @@ def pad(ctx: OpContext, be):
 def softmax(ctx: OpContext, be):
     beta = np.float32(ctx.attrs.get("beta", 1.0))
 
+    c = ctx.in_shapes[0][-1] if ctx.in_shapes[0] else 1
+
     def run(ins, outs, scratch):
-        y = outs[0]
-        np.multiply(ins[0], beta, out=y)
-        y -= y.max(axis=-1, keepdims=True)
-        np.exp(y, out=y)
-        y /= y.sum(axis=-1, keepdims=True)
+        K.softmax_rows(ins[0].reshape(-1, c), beta, outs[0].reshape(-1, c))
 
     return Execution(run)
 

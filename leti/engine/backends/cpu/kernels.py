@@ -277,3 +277,42 @@ def lstm_recurrence(gx, rt, seq, h, c):
             for u in range(hd):
                 h[b, u] = hn[b, u]
                 seq[b, s, u] = hn[b, u]
+
+
+@njit(cache=True, fastmath=True)
+def spatial_mean(x3, out2):
+    """``out2[b, c] = mean over p of x3[b, p, c]`` (global average pooling of an NHWC map viewed as
+    (N, H·W, C)): rows added in order into a float64 accumulator per channel, one contiguous pass. NumPy's
+    mean over axes 1 and 2 made a temporary and, run after a convolution inside a model, took 0.13 ms for a
+    7×7×1024 map."""
+    nb, p, c = x3.shape
+    acc = np.empty(c, dtype=np.float64)
+    for b in range(nb):
+        for o in range(c):
+            acc[o] = 0.0
+        for i in range(p):
+            for o in range(c):
+                acc[o] += x3[b, i, o]
+        for o in range(c):
+            out2[b, o] = acc[o] / p
+
+
+@njit(cache=True, fastmath=True)
+def softmax_rows(x2, beta, y2):
+    """``y2[r] = softmax(beta · x2[r])`` row by row, without NumPy's temporaries."""
+    rows, c = x2.shape
+    for r in range(rows):
+        m = -np.inf
+        for o in range(c):
+            v = beta * x2[r, o]
+            y2[r, o] = v
+            if v > m:
+                m = v
+        s = 0.0
+        for o in range(c):
+            e = np.exp(y2[r, o] - m)
+            y2[r, o] = e
+            s += e
+        inv = np.float32(1.0 / s)
+        for o in range(c):
+            y2[r, o] *= inv
