@@ -391,3 +391,40 @@ def test_residual_stays_a_separate_add_unless_every_backend_takes_it(rng, monkey
     monkeypatch.setattr(CPUBackend, "takes_residual", False)
     s = Session(_residual_block(rng), backends=("cpu", "reference")).resize()
     assert [st.op for st in s.steps] == ["conv2d", "conv2d", "add"] and "fuse_residual_adds" not in s.pass_report
+
+
+@pytest.mark.parametrize("path", [pytest.param("leti", marks=needs_leti), "openblas"])
+@pytest.mark.parametrize("ic, stride, dilation, window", [
+    (3, 2, 1, True),      # a stem: LETI's window kernel, no column matrix
+    (136, 2, 1, False),   # more input channels than conv.WINDOW_MAX_IC: im2col + GEMM
+    (8, 1, 2, False),     # dilated: im2col + GEMM
+])
+def test_sliding_window_paths_match_the_reference(rng, monkeypatch, path, ic, stride, dilation, window):
+    """Both implementations of the sliding-window scheme (LETI's implicit GEMM and im2col + GEMM) give the
+    reference convolution, and the window kernel is taken exactly where it applies."""
+    from leti.engine import ops
+    from leti.engine.backends.cpu import conv as C
+
+    if path != "leti":
+        monkeypatch.setattr(ckernels, "library", lambda: None)
+        monkeypatch.setattr(blas, "mkl", lambda: None)
+    x_shape = (2, 11, 9, ic)
+    g = Graph()
+    g.add_tensor("x", x_shape)
+    g.inputs = ["x"]
+    wn = g.add_constant("w", (rng.standard_normal((3, 3, ic, 20)) / np.sqrt(9 * ic)).astype(np.float32))
+    bn = g.add_constant("b", rng.standard_normal(20).astype(np.float32))
+    attrs = {"strides": [stride] * 2, "dilations": [dilation] * 2, "padding": "same", "activation": "relu6"}
+    g.add_tensor("y", ops.get("conv2d").infer([x_shape, (3, 3, ic, 20), (20,)], attrs)[0])
+    g.add_node("conv2d", ["x", wn, bn], ["y"], **attrs)
+    g.outputs = ["y"]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    s = Session(g, backends=("cpu",), threads=2, conv_scheme="im2col").resize()
+    step = s.steps[0]
+    assert step.scheme.name == "im2col"
+    uses_window = step.execution.fn.__name__ == "run_window"
+    assert uses_window == (window and path == "leti")
+    if uses_window:  # its scratch is the zero-padded input, not a column matrix 9x the input
+        assert step.execution.scratch[0] < 9 * 4 * np.prod(x_shape[1:]) / (stride * stride)
+    assert ic <= C.WINDOW_MAX_IC or not uses_window
+    assert rel_err(s.run({"x": x})["y"], run_reference(g, {"x": x})["y"]) < TOL
