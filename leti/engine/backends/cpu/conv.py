@@ -165,11 +165,11 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
 
     # im2col: the general sliding-window scheme; over few input channels (a stem) LETI's kernel reads the
     # patches from a zero-padded copy of the input instead (an implicit GEMM: no column matrix)
+    pt, pl = pads[0], pads[2]
     if ckernels.library() is not None and (dh, dw) == (1, 1) and ic <= WINDOW_MAX_IC:
         bp = ckernels.pack(w.reshape(kh * kw * ic, oc))
         bpad = ckernels.pad_bias(bias, oc) if has_bias else _EMPTY
         hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
-        pt, pl = pads[0], pads[2]
 
         def run_window(ins, outs, scratch):
             xp = scratch[0].view(np.float32).reshape(hp, wp, ic)
@@ -180,7 +180,6 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         return Execution(run_window, scratch=(hp * wp * ic * 4,))
     gemm = gemm_runner(w.reshape(kh * kw * ic, oc), bias, has_bias, act)
     cols = kh * kw * ic
-    pt, pl = pads[0], pads[2]
 
     def run_im2col(ins, outs, scratch):
         col = scratch[0].view(np.float32).reshape(rows, cols)

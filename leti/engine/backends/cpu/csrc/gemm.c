@@ -100,6 +100,20 @@ micro(const int mr, const int half, int64_t kc, const float *restrict a, int64_t
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
+/* one micro-kernel call, its row count turned into a compile-time constant (half is a literal at every call) */
+static inline __attribute__((always_inline)) void
+tile(int64_t rows, const int half, int64_t kc, const float *a, int64_t lda, const float *b, float *y, int64_t ldy,
+     int64_t nr, int first, int last, const float *bias, const float *res, int64_t act) {
+    switch (rows) {
+    case 6: micro(6, half, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act); break;
+    case 5: micro(5, half, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act); break;
+    case 4: micro(4, half, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act); break;
+    case 3: micro(3, half, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act); break;
+    case 2: micro(2, half, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act); break;
+    default: micro(1, half, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act); break;
+    }
+}
+
 /* y = act(a . B + bias + res) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
  * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded), res: NULL or a residual laid out like y
  * (row stride ldy: a ResNet shortcut added in the same epilogue). */
@@ -120,25 +134,10 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
                     float *yq = y + i * ldy + q * NR;
                     const float *bs = bias ? bias + q * NR : 0;
                     const float *rs = res ? res + i * ldy + q * NR : 0;
-                    if (nr <= 8) { /* a half-empty last panel: one vector of columns, half the FMAs */
-                        switch (rows) {
-                        case 6: micro(6, 1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                        case 5: micro(5, 1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                        case 4: micro(4, 1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                        case 3: micro(3, 1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                        case 2: micro(2, 1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                        default: micro(1, 1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                        }
-                        continue;
-                    }
-                    switch (rows) {
-                    case 6: micro(6, 0, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                    case 5: micro(5, 0, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                    case 4: micro(4, 0, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                    case 3: micro(3, 0, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                    case 2: micro(2, 0, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                    default: micro(1, 0, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act); break;
-                    }
+                    if (nr <= 8) /* a half-empty last panel: one vector of columns, half the FMAs */
+                        tile(rows, 1, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act);
+                    else
+                        tile(rows, 0, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act);
                 }
             }
         }
