@@ -13,7 +13,12 @@ QED phones this beat a log-linear fit on the sum and the kernel count by ~10 poi
 (``benchmarks/bench_kernels_qed.py``). The weights terms are the cache: a kernel timed alone, again and again,
 finds its weights in the core's cache; in a network they stream in from memory once per inference, which
 costs most where a weight is used for few output pixels (a dense layer or a squeeze-excite 1x1 convolution at
-batch one: ``stream_mb`` = Σ weights / output pixels). Which of the two (or both, or neither) enters is chosen by the
+batch one: ``stream_mb`` = Σ weights / output pixels). A third form is the cache's size (``evicted_mb@C``, C in
+:data:`EVICTION_MB`): a kernel whose weights fit a C MB cache finds them there when timed alone, and loses them in a
+network whose weights exceed the cache, so the term is the weights of the kernels under C MB, weighed from 0 at
+C/2 MB of model weights to 1 at C (measured on the local CPU's 300 calibration networks: the sum of kernels is
+right to ~2 % up to 8 MB of weights, 4-27 % short above 16 MB, ~0.028 ms per MB; kernels over 16 MB already
+stream alone). Which of these (or none) enters is chosen by the
 leave-one-model-out error on the models the overhead is fitted on (:data:`CACHE_TERMS`), and so are the
 per-type counts: on the local CPU's 113 calibration chains ``stream_mb`` lowered it from 10.5 % to 9.9 % (RMS
 of the log ratio; coefficient ~1/40 ms per MB, DRAM speed), while the 21 per-type counts raised it to 14 %.
@@ -72,6 +77,9 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame
         weights = table["bytes_weights"].to_numpy(np.float64)
         pixels = np.maximum(table["output_h"].to_numpy(np.float64) * table["output_w"].to_numpy(np.float64), 1.0)
         cols["weights_mb"], cols["stream_mb"] = total(weights) / 1e6, total(weights / pixels) / 1e6
+        for c in EVICTION_MB:  # the weights a C MB cache held for the kernel alone and cannot hold for the model
+            held = total(np.where(weights < c * 1e6, weights, 0.0)) / 1e6
+            cols[evicted_term(c)] = held * np.clip((cols["weights_mb"] - c / 2) / (c / 2), 0.0, 1.0)
     cell = m * len(types) + k
     count = np.bincount(cell, minlength=n * len(types)).reshape(n, len(types)).astype(np.float64)
     per = np.bincount(cell, weights=ms, minlength=n * len(types)).reshape(n, len(types))
@@ -81,6 +89,14 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame
 
 
 #: cache terms the overhead may take (one or both): MB of weights, MB of weights per output pixel
+#: cache sizes (MB) of the eviction term (``evicted_mb@C``); the fit takes at most one, by leave-one-out
+EVICTION_MB = (4, 8, 16, 32)
+
+
+def evicted_term(c: float) -> str:
+    return f"evicted_mb@{c:g}"
+
+
 CACHE_TERMS = ("weights_mb", "stream_mb")
 #: relative drop of the leave-one-out spread a cache term must bring to enter
 CACHE_GAIN = 0.01
@@ -156,6 +172,7 @@ class Overhead:
         counts = sorted(c for c in agg.columns if c.startswith("n:"))
         cache = [[]] + [[c] for c in CACHE_TERMS if c in agg]
         cache += [list(CACHE_TERMS)] if all(c in agg for c in CACHE_TERMS) else []
+        cache += [[evicted_term(c)] for c in EVICTION_MB if evicted_term(c) in agg]
         saves = ([], [SAVED], [ADDED]) if per_type else ([],)
         options = [(["sum_ms", "one", *n, *v, "bytes_out_mb", *c], None)
                    for n in ([], counts)[: 1 + bool(counts)] for v in saves for c in cache]
