@@ -189,6 +189,22 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     assert fitted and set(fitted[0]) == {"hard_swish", "relu"} and fitted[0]["hard_swish"]["n"] >= 3
     assert sum(report.per_type.values()) == len(pd.read_parquet(tmp_path / "kp" / "kernels.parquet"))
     assert report.rules == {"runtime": "tflite-xnnpack", "fuse": {}, "source": "default"}  # not detected: a priori
+    # benchmarks/bench_kernels_alone.py: every kernel of a model built alone and timed against the build's reference
+    import importlib.util
+
+    from leti.models.kernel_models import chain_model
+    from leti.models.keras_import import keras_to_tflite
+
+    model = chain_model([KernelConfig("relu", 24, 24, 16), KernelConfig("hard_swish", 24, 24, 16)], 0, name="m")
+    path = tmp_path / "m.tflite"
+    path.write_bytes(keras_to_tflite(model))
+    spec = importlib.util.spec_from_file_location("alone", ROOT / "benchmarks" / "bench_kernels_alone.py")
+    alone = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(alone)
+    assert alone.main(["--predictor", str(tmp_path / "kp"), "--models", str(path), "--out", str(tmp_path / "a.parquet")]) == 0
+    rows = pd.read_parquet(tmp_path / "a.parquet")
+    assert list(rows.kernel_type) == ["relu", "hard_swish"] and (rows.alone_ms > 0).all() and (rows.predicted_ms > 0).all()
+    assert (rows.alone_ms < 1.0).all() and set(rows.file) == {"m.tflite"}
 
 
 def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf):
