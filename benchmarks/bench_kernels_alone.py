@@ -3,7 +3,7 @@
 For each model file the script splits the graph into the kernels the predictor's runtime runs, builds each kernel
 as a single-kernel model (:func:`~leti.predict.kernels.sampler.config_from_row`), times it with the kernel build's
 protocol against the build's reference kernel (:class:`~leti.predict.kernels.bench.KernelBench`) and turns the
-ratio into ms the way the build does (ratio × the build's reference latency − its per-invoke cost). It prints, per
+ratio into ms the way the build does (:func:`~leti.predict.kernels.build_fit.kernel_ms`). It prints, per
 model, the measured latency (when ``--dataset`` gives it), the sum of its kernels timed alone and the predictor's
 sum of the same kernels: a model far from the sum of its own kernels points at the overhead model (what a network
 costs beyond its kernels: caches, invokes); a predicted sum far from the measured one points at the kernel
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     from leti.device.registry import open_device
     from leti.errors import LetiError
     from leti.predict.kernels.bench import KernelBench
-    from leti.predict.kernels.build_fit import invoke_ms, reference_ms
+    from leti.predict.kernels.build_fit import invoke_ms, kernel_ms, reference_ms
     from leti.predict.kernels.build_store import BuildStore
     from leti.predict.kernels.model import load_kernel_predictor
     from leti.predict.kernels.sampler import config_from_row
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
             if cfg is None:
                 continue
             try:
-                alone[i] = max(bench.kernel(cfg, seed=i, stem=f"k{i}").ratio * ref - empty, 0.0)
+                alone[i] = kernel_ms(bench.kernel(cfg, seed=i, stem=f"k{i}").ratio, ref, empty)
             except LetiError as exc:
                 print(f"  {path.name} kernel {i} ({r['kernel_type']}): {exc}", file=sys.stderr)
         kern = kern.assign(alone_ms=alone, file=path.name)

@@ -53,6 +53,13 @@ def invoke_ms(store: BuildStore, ref: float) -> float:
     return float(np.median(ratios)) * ref if ratios else 0.0
 
 
+def kernel_ms(ratio, ref: float, empty: float) -> np.ndarray:
+    """A kernel's latency from its paired ``ratio``: ratio × the build's reference latency ``ref`` less the
+    per-invoke cost ``empty``, kept at :data:`MIN_KERNEL_SHARE` of the raw time at least."""
+    raw = np.asarray(ratio, np.float64) * ref
+    return np.maximum(raw - empty, MIN_KERNEL_SHARE * raw)
+
+
 def kernel_table(store: BuildStore, runtime: str) -> pd.DataFrame:
     """Every measured kernel as a row of LETI's kernel table (plus ``origin``, ``round``, ``ratio``,
     ``ratio_std``, ``config``)."""
@@ -61,11 +68,10 @@ def kernel_table(store: BuildStore, runtime: str) -> pd.DataFrame:
         return pd.DataFrame(columns=list(COLUMNS))
     ref = reference_ms(store)
     empty = invoke_ms(store, ref)
-    raw = items["ratio"].to_numpy(np.float64) * ref
     rows = pd.DataFrame([k[0] for k in items["kernels"]])
     rows["model"] = items["name"].to_numpy()
     rows["kernel_index"] = 0
-    rows["latency_ms"] = np.maximum(raw - empty, MIN_KERNEL_SHARE * raw)
+    rows["latency_ms"] = kernel_ms(items["ratio"].to_numpy(np.float64), ref, empty)
     rows["runtime"], rows["precision"] = runtime, "float"
     for col in ("origin", "round", "ratio", "ratio_std"):
         rows[col] = items[col].to_numpy()

@@ -88,7 +88,6 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame
     return pd.DataFrame(cols, index=pd.Index(models, name="model"))
 
 
-#: cache terms the overhead may take (one or both): MB of weights, MB of weights per output pixel
 #: cache sizes (MB) of the eviction term (``evicted_mb@C``); the fit takes at most one, by leave-one-out
 EVICTION_MB = (4, 8, 16, 32)
 
@@ -97,6 +96,7 @@ def evicted_term(c: float) -> str:
     return f"evicted_mb@{c:g}"
 
 
+#: cache terms the overhead may take (one or both): MB of weights, MB of weights per output pixel
 CACHE_TERMS = ("weights_mb", "stream_mb")
 #: relative drop of the leave-one-out spread a cache term must bring to enter
 CACHE_GAIN = 0.01
