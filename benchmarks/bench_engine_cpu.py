@@ -22,6 +22,7 @@ engine's spinning workers are still on the cores) and the figure is the median o
 load average is printed before and after.
 
     .venv/bin/python benchmarks/bench_engine_cpu.py [--networks 2] [--runs 5] [--rounds 11] [--mobilenet] [--resnet50]
+        [--regnet]
 
 The last line names the worst case: ``engine/best-peer worst ratio: X.XX (MODEL, N threads)``.
 
@@ -97,12 +98,12 @@ def to_onnx(g: Graph) -> bytes:
         out = n.outputs[0]
         name[out] = out
         y = act(out, a.get("activation"), n.name)
-        if n.op in ("conv2d", "depthwise_conv2d"):
+        if n.op in ("conv2d", "depthwise_conv2d", "grouped_conv2d"):
             w = g.constants[n.inputs[1]]
             x_shape = shape[n.inputs[0]]
             pads, _, strides, dil = geometry(x_shape, w.shape, a)
-            if n.op == "conv2d":
-                wo, group = w.transpose(3, 2, 0, 1), 1
+            if n.op != "depthwise_conv2d":  # (kh, kw, c_in/groups, c_out) -> OIHW
+                wo, group = w.transpose(3, 2, 0, 1), int(a.get("groups", 1))
             else:
                 wo, group = w.transpose(2, 0, 1)[:, None], x_shape[3]
             cin = [ins[0], const(n.name + "/w_oihw", wo.astype(np.float32))]
@@ -364,7 +365,8 @@ def numpy_runner(g: Graph, x: np.ndarray, threads: int):
 
 
 # ---- models -----------------------------------------------------------------------------------------
-def models(n_networks: int, mobilenet: bool, size: int = 224, nb101: bool = True, resnet: bool = False):
+def models(n_networks: int, mobilenet: bool, size: int = 224, nb101: bool = True, resnet: bool = False,
+           regnet: bool = False):
     import keras
 
     from leti.models.keras_builder import cell_model, network_model, randomize_weights
@@ -385,14 +387,22 @@ def models(n_networks: int, mobilenet: bool, size: int = 224, nb101: bool = True
             (f"mobilenet_v2 {size}", keras.applications.MobileNetV2)) if mobilenet else ()
     if resnet:
         nets += ((f"resnet50 {size}", keras.applications.ResNet50),)
-    if nets:
-        for name, ctor in nets:
-            # the stock top reshapes with a run-time SHAPE op; the same head as GAP + Dense + softmax
-            base = ctor(input_shape=(size, size, 3), weights=None, include_top=False, pooling="avg")
-            out = keras.layers.Dense(1000, activation="softmax")(base.output)
-            m = randomize_weights(keras.Model(base.input, out), seed=0)
-            yield name, convert_keras(m)
-            keras.backend.clear_session()
+    for name, ctor in nets:
+        # the stock top reshapes with a run-time SHAPE op; the same head as GAP + Dense + softmax
+        base = ctor(input_shape=(size, size, 3), weights=None, include_top=False, pooling="avg")
+        out = keras.layers.Dense(1000, activation="softmax")(base.output)
+        m = randomize_weights(keras.Model(base.input, out), seed=0)
+        yield name, convert_keras(m)
+        keras.backend.clear_session()
+    if regnet:  # RegNetX-200MF (the zoo's builder): 3x3 convolutions over groups of 8 channels
+        from leti.models.zoo import CLASSES, REGNETS
+        from leti.models.zoo_blocks import build_keras_net
+
+        depths, widths, gw, se = REGNETS["x002"]
+        params = {"depths": depths, "widths": widths, "group_width": gw, "se": se, "classes": CLASSES}
+        m = randomize_weights(build_keras_net("regnet", params, size, "regnetx_002"), seed=0)
+        yield f"regnetx_002 {size}", convert_keras(m)
+        keras.backend.clear_session()
 
 
 def peer_files(g_opt: Graph, tmp: Path, tag: str, errors: dict) -> dict[str, str]:
@@ -521,6 +531,7 @@ def main() -> None:
     ap.add_argument("--mobilenet-size", type=int, default=224)
     ap.add_argument("--only-mobilenet", action="store_true", help="skip the NB101 models")
     ap.add_argument("--resnet50", action="store_true", help="also ResNet50 (slow to convert)")
+    ap.add_argument("--regnet", action="store_true", help="also RegNetX-200MF (grouped convolutions)")
     args = ap.parse_args()
     from leti.engine.backends.cpu import blas
 
@@ -534,7 +545,7 @@ def main() -> None:
         tmp = Path(tmpd)
         for mi, (name, data) in enumerate(models(args.networks, args.mobilenet or args.only_mobilenet,
                                                         args.mobilenet_size, not args.only_mobilenet,
-                                                        args.resnet50)):
+                                                        args.resnet50, args.regnet)):
             g = from_tflite(data)
             g_opt, _ = passes.optimize(g)
             files = peer_files(g_opt, tmp, f"m{mi}", errors)

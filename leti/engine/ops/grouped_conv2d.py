@@ -66,6 +66,13 @@ EXAMPLES = (
     {"inputs": [(1, 5, 5, 6), (1, 1, 3, 4)], "const": (1,), "attrs": {"groups": 2}},
     {"inputs": [(2, 7, 7, 4), (3, 3, 2, 6), (6,)], "const": (1, 2),
      "attrs": {"groups": 2, "strides": [2, 2], "padding": "same", "activation": "relu6"}},
+    # groups of 8 output channels (half a 16-wide weight panel) and of 24 (one and a half), as in RegNets
+    {"inputs": [(1, 9, 9, 32), (3, 3, 8, 32), (32,)], "const": (1, 2),
+     "attrs": {"groups": 4, "padding": "same", "activation": "relu"}},
+    {"inputs": [(1, 8, 7, 48), (3, 3, 24, 48)], "const": (1,), "attrs": {"groups": 2, "strides": [2, 2]}},
+    # a dilated window (the CPU backend's per-group path)
+    {"inputs": [(1, 9, 9, 8), (3, 3, 4, 8), (8,)], "const": (1, 2),
+     "attrs": {"groups": 2, "dilations": [2, 2], "padding": "same"}},
 )
 
 OP = register(OpDef("grouped_conv2d", infer, reference, num_inputs=(2, 3),

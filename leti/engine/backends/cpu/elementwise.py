@@ -1,18 +1,24 @@
 """CPU executions of the activations, element-wise math, transpose, upsampling and grouped convolution that
 imported models bring (:mod:`leti.engine.ops.nonlinear`, ``binary``, ``unary_math``,
 ``transpose``, ``grouped_conv2d``): NumPy with ``out=`` into the planned buffers; a grouped
-convolution runs the CPU ``conv2d`` execution of each group on a contiguous channel slice."""
+convolution runs LETI's grouped window kernel (every group of an output row in one C call), or, without
+the C kernels or for a dilated window, the CPU ``conv2d`` execution of each group on a contiguous channel
+slice."""
 
 from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
+from leti.engine.backends.cpu import ckernels
+from leti.engine.backends.cpu import gemm as G
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.graph import Node
 from leti.engine.ops import get
+from leti.engine.ops.conv2d import geometry
 from leti.engine.ops.grouped_conv2d import groups_of
 from leti.engine.ops.transpose import perm_of
 from leti.engine.schedule import ScheduleOptions
@@ -153,6 +159,9 @@ def grouped_conv2d(ctx: OpContext, be):
     g = groups_of(x_shape, w.shape, ctx.attrs)
     ci, co = w.shape[2], w.shape[3] // g
     bias = ctx.constants.get(2)
+    fast = _grouped_window(ctx, w, bias, g, ci, co)
+    if fast is not None:
+        return fast
     attrs = {k: v for k, v in ctx.attrs.items() if k != "groups"}
     sub_in = x_shape[:3] + (ci,)
     sub_out = tuple(ctx.out_shapes[0][:3]) + (co,)
@@ -187,3 +196,29 @@ def grouped_conv2d(ctx: OpContext, be):
             np.copyto(outs[0][..., k * co:(k + 1) * co], ys)
 
     return Execution(run, scratch=(in_bytes, out_bytes, max(inner, 1)))
+
+
+def _grouped_window(ctx: OpContext, w, bias, g: int, ci: int, co: int) -> Execution | None:
+    """Every group in one C call per output row (``leti_conv_window_grouped``): no per-group copies or Python
+    steps. RegNetX-200MF's 3×3 convolutions over groups of 8 channels ran 2-5× faster than the loop over
+    groups below it, which remains for dilated windows and hosts without LETI's C kernels."""
+    pads, (oh, ow), (sh, sw), (dh, dw) = geometry(ctx.in_shapes[0], w.shape, ctx.attrs)
+    if ckernels.library() is None or (dh, dw) != (1, 1) or len(ctx.in_shapes) > 3:
+        return None
+    kh, kw = w.shape[:2]
+    stack = np.asarray(w, np.float32).reshape(kh * kw * ci, g, co).transpose(1, 0, 2)  # (g, k, co)
+    bp = ckernels.pack(stack)
+    has_bias = bias is not None
+    bpad = (np.stack([ckernels.pad_bias(bias[k * co:(k + 1) * co], co) for k in range(g)]) if has_bias
+            else np.zeros(1, np.float32))
+    act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
+    pt, pl = pads[0], pads[2]
+    hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
+    c = g * ci
+
+    def run(ins, outs, scratch):
+        xp = scratch[0].view(np.float32).reshape(hp, wp, c)
+        G.conv_window_grouped_leti(ins[0], xp, bp, outs[0], bpad, has_bias, g, kh, kw, sh, sw, pt, pl, act,
+                                   numba.get_num_threads())
+
+    return Execution(run, scratch=(hp * wp * c * 4,))

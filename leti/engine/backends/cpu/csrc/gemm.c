@@ -145,26 +145,30 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
 }
 
 /* The sliding-window convolution as an implicit GEMM, for windows over few input channels (a stem's
- * 3x3 over RGB): no column matrix. Row j of a tile of 6 output pixels reads its patch straight from a
- * zero-padded copy of the input (xp, width wp): for each window row, kw * ic contiguous floats, and
- * pixel j + 1 starts sw * ic floats after pixel j. B is the (kh * kw * ic) x n weights packed as for
- * leti_sgemm, so window row s is k rows s * kw * ic ... of every panel. The 12 accumulators stay in
- * registers over the whole window; the bias, activation and residual are applied before the only store. */
+ * 3x3 over RGB) and for grouped convolutions: no column matrix. Row j of a tile of 6 output pixels reads
+ * its patch straight from a zero-padded copy of the input (xp, width wp, cs channels per pixel): for each
+ * window row, kw segments of ci contiguous floats (one segment of kw * ci when the window reads every
+ * channel, cs == ci), and pixel j + 1 starts sw * cs floats after pixel j. B is the (kh * kw * ci) x n
+ * weights packed as for leti_sgemm, so the window's segments are consecutive k rows of every panel. The
+ * 12 accumulators stay in registers over the whole window; the bias, activation and residual are applied
+ * before the only store; a last panel of at most 8 columns runs one vector of columns, as in leti_sgemm. */
 static inline __attribute__((always_inline)) void
-micro_window(const int mr, int64_t nseg, int64_t seglen, int64_t seg_stride, const float *restrict a0,
-             int64_t lda, const float *restrict bpanel, float *restrict y, int64_t ldy, int64_t nr,
-             const float *bias, const float *res, int64_t act) {
-    const int first = 1, last = 1, half = 0;
+micro_window(const int mr, const int half, int64_t kh, int64_t nsub, int64_t seglen, int64_t row_stride,
+             int64_t sub_stride, const float *restrict a0, int64_t lda, const float *restrict bpanel,
+             float *restrict y, int64_t ldy, int64_t nr, const float *bias, const float *res, int64_t act) {
+    const int first = 1, last = 1;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    for (int64_t s = 0; s < nseg; ++s) {
-        const float *a = a0 + s * seg_stride;
-        const float *b = bpanel + s * seglen * NR;
-        for (int64_t p = 0; p < seglen; ++p) {
-            __m256 b0 = _mm256_load_ps(b + p * NR);
-            __m256 b1 = _mm256_load_ps(b + p * NR + 8);
-            ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+    const float *b = bpanel;
+    for (int64_t s = 0; s < kh; ++s) {
+        for (int64_t t = 0; t < nsub; ++t, b += seglen * NR) {
+            const float *a = a0 + s * row_stride + t * sub_stride;
+            for (int64_t p = 0; p < seglen; ++p) {
+                __m256 b0 = _mm256_load_ps(b + p * NR);
+                __m256 b1 = half ? b0 : _mm256_load_ps(b + p * NR + 8);
+                ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+            }
         }
     }
     __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
@@ -176,36 +180,76 @@ micro_window(const int mr, int64_t nseg, int64_t seglen, int64_t seg_stride, con
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
-/* Output rows r0..r1-1 of one image: y (oh x ow x n, NHWC) = act(conv(xp, W) + bias + res), xp the
- * zero-padded input (hp x wp x ic, already padded by pt/pl, stride sh/sw, no dilation), bp the packed
- * (kh * kw * ic) x n weights, bias padded to whole panels or NULL, res laid out like y or NULL. */
-void leti_conv_window(const float *xp, int64_t wp, int64_t ic, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                      const float *bp, int64_t n, float *y, int64_t ow, const float *bias, const float *res,
-                      int64_t act, int64_t r0, int64_t r1) {
-    int64_t panels = (n + NR - 1) / NR, k = kh * kw * ic, seglen = kw * ic, seg_stride = wp * ic, lda = sw * ic;
+#define WINDOW(mr, half) \
+    micro_window(mr, half, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, yq, ldy, nr, bs, rs, act)
+
+/* Output rows r0..r1-1 of one image for the ci input channels at xp and the n output channels at y:
+ * y (oh x ow, row stride ldy per pixel) = act(conv(xp, W) + bias + res), xp the zero-padded input
+ * (hp x wp x cs, already padded by pt/pl; the window reads channels 0..ci-1 of each pixel), stride sh/sw, no
+ * dilation; bp the packed (kh * kw * ci) x n weights, bias padded to whole panels or NULL, res laid out like
+ * y or NULL. */
+static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int64_t kh, int64_t kw, int64_t sh,
+                        int64_t sw, const float *bp, int64_t n, float *y, int64_t ow, int64_t ldy, const float *bias,
+                        const float *res, int64_t act, int64_t r0, int64_t r1) {
+    int64_t panels = (n + NR - 1) / NR, k = kh * kw * ci, row_stride = wp * cs, lda = sw * cs;
+    int64_t nsub = cs == ci ? 1 : kw, seglen = cs == ci ? kw * ci : ci, sub_stride = cs;
     for (int64_t oy = r0; oy < r1; ++oy) {
-        const float *xrow = xp + oy * sh * wp * ic;
+        const float *xrow = xp + oy * sh * wp * cs;
         for (int64_t i = 0; i < ow; i += MR) {
             int64_t rows = ow - i < MR ? ow - i : MR;
             const float *ai = xrow + i * lda;
             for (int64_t q = 0; q < panels; ++q) {
                 int64_t nr = n - q * NR < NR ? n - q * NR : NR;
                 const float *bq = bp + q * k * NR;
-                int64_t off = (oy * ow + i) * n + q * NR;
+                int64_t off = (oy * ow + i) * ldy + q * NR;
                 float *yq = y + off;
                 const float *bs = bias ? bias + q * NR : 0;
                 const float *rs = res ? res + off : 0;
-                switch (rows) {
-                case 6: micro_window(6, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
-                case 5: micro_window(5, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
-                case 4: micro_window(4, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
-                case 3: micro_window(3, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
-                case 2: micro_window(2, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
-                default: micro_window(1, kh, seglen, seg_stride, ai, lda, bq, yq, n, nr, bs, rs, act); break;
+                if (nr <= 8) {
+                    switch (rows) {
+                    case 6: WINDOW(6, 1); break;
+                    case 5: WINDOW(5, 1); break;
+                    case 4: WINDOW(4, 1); break;
+                    case 3: WINDOW(3, 1); break;
+                    case 2: WINDOW(2, 1); break;
+                    default: WINDOW(1, 1); break;
+                    }
+                } else {
+                    switch (rows) {
+                    case 6: WINDOW(6, 0); break;
+                    case 5: WINDOW(5, 0); break;
+                    case 4: WINDOW(4, 0); break;
+                    case 3: WINDOW(3, 0); break;
+                    case 2: WINDOW(2, 0); break;
+                    default: WINDOW(1, 0); break;
+                    }
                 }
             }
         }
     }
+}
+
+/* Output rows r0..r1-1 of one image: y (oh x ow x n, NHWC) = act(conv(xp, W) + bias + res), xp the
+ * zero-padded input (hp x wp x ic), bp the packed (kh * kw * ic) x n weights (see window_rows). */
+void leti_conv_window(const float *xp, int64_t wp, int64_t ic, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                      const float *bp, int64_t n, float *y, int64_t ow, const float *bias, const float *res,
+                      int64_t act, int64_t r0, int64_t r1) {
+    window_rows(xp, wp, ic, ic, kh, kw, sh, sw, bp, n, y, ow, n, bias, res, act, r0, r1);
+}
+
+/* A grouped convolution's output rows r0..r1-1 of one image: group g reads input channels g*ci .. of the
+ * zero-padded xp (hp x wp x groups*ci) and writes output channels g*co .. of y (oh x ow x groups*co), with
+ * its own packed (kh * kw * ci) x co weights (bp: groups such stacks, each ceil(co/16) panels) and its
+ * bias padded to whole panels (bias: groups such rows, or NULL). Per output row, every group in turn: the
+ * input rows under the window stay in cache across groups. */
+void leti_conv_window_grouped(const float *xp, int64_t wp, int64_t ci, int64_t groups, int64_t kh, int64_t kw,
+                              int64_t sh, int64_t sw, const float *bp, int64_t co, float *y, int64_t ow,
+                              const float *bias, int64_t act, int64_t r0, int64_t r1) {
+    int64_t panels = (co + NR - 1) / NR, k = kh * kw * ci, cs = groups * ci, ldy = groups * co;
+    for (int64_t oy = r0; oy < r1; ++oy)
+        for (int64_t g = 0; g < groups; ++g)
+            window_rows(xp + g * ci, wp, cs, ci, kh, kw, sh, sw, bp + g * panels * k * NR, co, y + g * co, ow, ldy,
+                        bias ? bias + g * panels * NR : 0, 0, act, oy, oy + 1);
 }
 
 /* Rows r0..r1-1 of the zero-padded copy xp (hp x wp x c) of x (h x wd x c), x placed at (pt, pl). */
