@@ -118,3 +118,38 @@ def test_a_tiny_kernel_keeps_its_own_time_once_the_invoke_is_taken_off(tmp_path)
     assert t.latency_ms["big"] == pytest.approx(ref - 0.0017)
     assert MIN_KERNEL_SHARE < 0.2
     store.close()
+
+
+def _grouped_row(cin: int, cout: int, groups: int, kernel_type: str) -> dict:
+    return {"model": "g", "kernel_type": kernel_type, "input_h": 12, "input_w": 12, "input_c": cin, "output_h": 12,
+            "output_w": 12, "output_c": cout, "kernel_h": 3, "kernel_w": 3, "groups": groups}
+
+
+def test_grouped_convolutions_pad_each_groups_channels_to_whole_tiles():
+    t = normalize(pd.DataFrame([_grouped_row(48, 48, 6, "grouped_conv2d"),  # groups of 8 channels
+                                _grouped_row(48, 48, 48, "depthwise_conv2d"),  # channel tiles, not per group
+                                _grouped_row(24, 24, 1, "conv2d")]), "t")
+    x = kernel_features(t, FEATURES)
+    tiles = {n: np.exp(x[:, FEATURES.index(n)].astype(np.float64)) for n in
+             ("log_flops_tile7x16", "log_flops_gtile7x16", "log_flops_gtile4x8", "log_flops_tile6x16")}
+    px7, px6 = 147.0, 144.0  # 144 pixels in tiles of 7 and 6 rows
+    # grouped: six groups of 8 output channels, each a whole 16-wide tile (the old measure padded 48 to 48)
+    assert tiles["log_flops_gtile7x16"][0] == pytest.approx(2 * px7 * 6 * 16 * 8 * 9)
+    assert tiles["log_flops_tile7x16"][0] == pytest.approx(2 * px7 * 48 * 8 * 9)
+    assert tiles["log_flops_gtile4x8"][0] == pytest.approx(2 * 144 * 48 * 8 * 9)  # 8 channels fill a 4x8 tile
+    assert tiles["log_flops_tile6x16"][0] == pytest.approx(2 * px6 * 6 * 8 * 8 * 9)  # the engine's half panels
+    # depthwise and plain convolutions: per-group tiles equal the plain ones; 24 = 16 + a half panel of 8
+    for i in (1, 2):
+        assert tiles["log_flops_gtile7x16"][i] == pytest.approx(tiles["log_flops_tile7x16"][i])
+    assert tiles["log_flops_tile6x16"][2] == pytest.approx(2 * px6 * 24 * 24 * 9)
+
+
+def test_an_engine_predictor_saved_before_the_group_tiles_still_reads_its_features():
+    from leti.predict.kernels.features import ENGINE_FEATURES_V1, check_names
+
+    assert check_names(ENGINE_FEATURES_V1) == ENGINE_FEATURES_V1
+    t = _conv_rows(5, np.random.default_rng(2))
+    old, new = kernel_features(t, ENGINE_FEATURES_V1), kernel_features(t, FEATURES)
+    np.testing.assert_array_equal(old[:, :20], new[:, :20])
+    with pytest.raises(CorruptModelError):
+        check_names(("log_flops", "log_flops_tile6x16"))

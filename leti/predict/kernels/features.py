@@ -41,10 +41,16 @@ FEATURES_V1: tuple[str, ...] = (
 )
 TILING: tuple[str, ...] = ("log_pixels", "log_input_c", "log_output_c", "out_c_mod8", "out_c_mod16", "c_mod16",
                            "log_flops_tile4x8", "log_flops_tile7x16", "output_w")
-FEATURES: tuple[str, ...] = FEATURES_V1 + TILING
+#: tiles per group (:data:`TILING_V2`): a grouped convolution runs one GEMM per group, so each group's output
+#: channels fill whole tiles (RegNet's groups of 8 channels pay for 16 in a 7×16 tile, not 8/16 of one); and the
+#: engine's own 6×16 micro-kernel, whose last panel of at most 8 columns costs half (``csrc/gemm.c``)
+TILING_V2: tuple[str, ...] = ("log_flops_gtile4x8", "log_flops_gtile7x16", "log_flops_tile6x16")
+FEATURES: tuple[str, ...] = FEATURES_V1 + TILING + TILING_V2
 SCHEME: tuple[str, ...] = ("scheme_winograd_n", "scheme_im2col", "scheme_strassen_depth", "log_scheme_mults")
 #: the feature list of an engine-CPU kernel predictor
 ENGINE_FEATURES: tuple[str, ...] = FEATURES + SCHEME
+#: an engine-CPU predictor saved before :data:`TILING_V2`
+ENGINE_FEATURES_V1: tuple[str, ...] = FEATURES_V1 + TILING + SCHEME
 #: runtimes whose convolution scheme is the engine CPU backend's rule (the CUDA backend picks by measurement)
 SCHEME_RUNTIMES = frozenset({"leti-engine-cpu"})
 
@@ -61,13 +67,27 @@ def check_names(names, where: str = "the predictor") -> tuple[str, ...]:
     from leti.errors import CorruptModelError
 
     names = tuple(names)
-    if names != ENGINE_FEATURES and (len(names) < len(FEATURES_V1) or names != FEATURES[: len(names)]):
+    if names not in (ENGINE_FEATURES, ENGINE_FEATURES_V1) and (len(names) < len(FEATURES_V1)
+                                                               or names != FEATURES[: len(names)]):
         raise CorruptModelError(f"{where}: the predictor's kernel features differ from this LETI's")
     return names
 
 
 def _tiled_flops(pixels, cin_per_group, cout, k2, mr: int, nr: int) -> np.ndarray:
     return 2.0 * np.ceil(pixels / mr) * mr * np.ceil(cout / nr) * nr * cin_per_group * k2
+
+
+def _group_tiled_flops(pixels, cin_per_group, cout, groups, k2, mr: int, nr: int, half: bool = False) -> np.ndarray:
+    """FLOPs of ``mr``-pixel by ``nr``-channel tiles where a grouped convolution (more than one input channel per
+    group) pads each group's output channels to whole tiles; ``half``: a last tile of at most ``nr / 2`` channels
+    costs half a tile (the engine's half panels)."""
+    per_group = (groups > 1) & (cin_per_group > 1)
+    g = np.where(per_group, groups, 1.0)
+    c = cout / g
+    whole = np.floor(c / nr) * nr
+    rest = c - whole
+    pad = np.where(rest == 0, 0.0, np.where(half & (rest <= nr / 2), nr / 2, float(nr)))
+    return 2.0 * np.ceil(pixels / mr) * mr * g * (whole + pad) * cin_per_group * k2
 
 
 @lru_cache(maxsize=65536)
@@ -115,13 +135,19 @@ def kernel_features(table: pd.DataFrame, names: tuple[str, ...] = FEATURES) -> n
         fused.map(lambda p: sum(1 for x in p if x)).to_numpy(np.float64),
         *(fused.map(lambda p, f=f: float(f in p)).to_numpy(np.float64) for f in FUSED_FLAGS),
     ]
+    cols = dict(zip(FEATURES_V1, parts))
     if len(names) > len(FEATURES_V1):
         pixels = np.maximum(t["output_h"].to_numpy(np.float64) * t["output_w"].to_numpy(np.float64), 1)
         k2 = t["kernel_h"].to_numpy(np.float64) * t["kernel_w"].to_numpy(np.float64)
-        cpg = np.maximum(cin / np.maximum(groups, 1), 1)
-        parts += [np.log(pixels), np.log(np.maximum(cin, 1)), np.log(np.maximum(cout, 1)), cout % 8, cout % 16,
-                  cin % 16, np.log(_tiled_flops(pixels, cpg, cout, k2, 4, 8)),
-                  np.log(_tiled_flops(pixels, cpg, cout, k2, 7, 16)), t["output_w"].to_numpy(np.float64)]
-    if len(names) > len(FEATURES):
-        parts += scheme_columns(t)
-    return np.ascontiguousarray(np.stack(parts[: len(names)], axis=1), np.float32)
+        g = np.maximum(groups, 1)
+        cpg = np.maximum(cin / g, 1)
+        cols.update(zip(TILING, [
+            np.log(pixels), np.log(np.maximum(cin, 1)), np.log(np.maximum(cout, 1)), cout % 8, cout % 16,
+            cin % 16, np.log(_tiled_flops(pixels, cpg, cout, k2, 4, 8)),
+            np.log(_tiled_flops(pixels, cpg, cout, k2, 7, 16)), t["output_w"].to_numpy(np.float64)]))
+        if any(n in TILING_V2 for n in names):
+            cols.update(zip(TILING_V2, [np.log(np.maximum(_group_tiled_flops(pixels, cpg, cout, g, k2, mr, nr, half), 1))
+                                        for mr, nr, half in ((4, 8, False), (7, 16, False), (6, 16, True))]))
+    if any(n in SCHEME for n in names):
+        cols.update(zip(SCHEME, scheme_columns(t)))
+    return np.ascontiguousarray(np.stack([cols[n] for n in names], axis=1), np.float32)

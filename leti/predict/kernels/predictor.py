@@ -45,28 +45,36 @@ NEAREST = {
 #: cross-validated error (:func:`choose_base`): on the local CPU's 3,971 kernels, the 7×16 tiles for all four
 #: types (conv2d base log RMS 0.80 → 0.57; boosted 4-fold wMAPE 11.9 % → 10.1 %, dense 13.1 → 9.8, depthwise
 #: 14.1 → 9.2).
-BASE_FLOPS = ("log_flops", "log_flops_tile4x8", "log_flops_tile7x16")
+#: The per-group tiles and the engine's 6×16 tiles (``features.TILING_V2``) joined the candidates in session 14;
+#: for kernels other than grouped convolutions the per-group measures equal the plain tiled ones, and a tie keeps
+#: the earlier measure, so those types choose as before.
+BASE_FLOPS = ("log_flops", "log_flops_tile4x8", "log_flops_tile7x16", "log_flops_gtile4x8", "log_flops_gtile7x16",
+              "log_flops_tile6x16")
 #: the kernel types whose base may take a tiled FLOPs measure (the GEMM-shaped ones)
 TILED_TYPES = frozenset({"conv2d", "depthwise_conv2d", "grouped_conv2d", "dense"})
 #: folds, and the fewest rows, of the base's choice
 BASE_FOLDS, BASE_MIN_ROWS = 4, 40
 
 
-def _base_design(x: np.ndarray, names: tuple[str, ...] | list[str] = BASE_FEATURES) -> np.ndarray:
-    idx = _BASE_IDX if tuple(names) == BASE_FEATURES else [FEATURES.index(n) for n in names]
+def _base_design(x: np.ndarray, names: tuple[str, ...] | list[str] = BASE_FEATURES,
+                 features: tuple[str, ...] = FEATURES) -> np.ndarray:
+    """The base's design matrix: a column of ones and the ``names`` columns of ``x`` (laid out as ``features``)."""
+    idx = _BASE_IDX if tuple(names) == BASE_FEATURES else [features.index(n) for n in names]
     return np.column_stack([np.ones(len(x)), x[:, idx].astype(np.float64)])
 
 
 def choose_base(x: np.ndarray, z: np.ndarray, kernel_type: str, features: tuple[str, ...]) -> tuple[str, ...]:
     """The base features of ``kernel_type``: :data:`BASE_FEATURES` with the FLOPs measure of
-    :data:`BASE_FLOPS` whose ridge base has the lowest ``BASE_FOLDS``-fold error on ``(x, z)`` (log ms)."""
-    if kernel_type not in TILED_TYPES or len(z) < BASE_MIN_ROWS or not set(BASE_FLOPS) <= set(features):
+    :data:`BASE_FLOPS` (those ``features`` has) whose ridge base has the lowest ``BASE_FOLDS``-fold error on
+    ``(x, z)`` (log ms)."""
+    candidates = [f for f in BASE_FLOPS if f in features]
+    if kernel_type not in TILED_TYPES or len(z) < BASE_MIN_ROWS or len(candidates) < 2:
         return BASE_FEATURES
     fold = np.random.default_rng(0).permutation(len(z)) % BASE_FOLDS
     best, best_err = BASE_FEATURES, np.inf
-    for flops in BASE_FLOPS:
+    for flops in candidates:
         names = (flops, *BASE_FEATURES[1:])
-        a = _base_design(x, names)
+        a = _base_design(x, names, features)
         err = 0.0
         for k in range(BASE_FOLDS):
             coef = _ridge(a[fold != k], z[fold != k])
@@ -133,10 +141,10 @@ class KernelRegressors:
             xt, zt = x[m], np.log(y[m])
             names = choose_base(xt, zt, t, self.features_) if self.params["base"] else BASE_FEATURES
             if self.params["base"] and m.sum() >= 2 * len(_BASE_IDX):
-                coef = _ridge(_base_design(xt, names), zt)
+                coef = _ridge(_base_design(xt, names, self.features_), zt)
             else:  # too few rows for a slope: the mean log latency
                 coef = np.r_[zt.mean(), np.zeros(len(_BASE_IDX))]
-            base = _base_design(xt, names) @ coef
+            base = _base_design(xt, names, self.features_) @ coef
             booster = self._booster().fit_features(xt, np.exp(zt - base))
             self.boosters_[t] = booster
             centre = np.median(xt[:, _BASE_IDX], axis=0)
@@ -183,7 +191,7 @@ class KernelRegressors:
             booster = self.boosters_[t]
             raw = booster._member_raw(np.ascontiguousarray(x[m], np.float32))  # (members, n) log ratios
             names = tuple(self.types_[t].get("base_features", BASE_FEATURES))
-            base = _base_design(x[m], names) @ np.asarray(self.types_[t]["base"])
+            base = _base_design(x[m], names, self.features_) @ np.asarray(self.types_[t]["base"])
             ms[m] = np.exp(base + raw.mean(axis=0))
             log_std[m] = raw.std(axis=0) if len(raw) > 1 else 0.0
         return ms, log_std
