@@ -530,6 +530,7 @@ def main() -> None:
     ap.add_argument("--mobilenet", action="store_true", help="also MobileNet v1/v2 (slow to convert)")
     ap.add_argument("--mobilenet-size", type=int, default=224)
     ap.add_argument("--only-mobilenet", action="store_true", help="skip the NB101 models")
+    ap.add_argument("--no-nb101", action="store_true", help="skip the NB101 models (e.g. with --regnet alone)")
     ap.add_argument("--resnet50", action="store_true", help="also ResNet50 (slow to convert)")
     ap.add_argument("--regnet", action="store_true", help="also RegNetX-200MF (grouped convolutions)")
     args = ap.parse_args()
@@ -544,7 +545,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         for mi, (name, data) in enumerate(models(args.networks, args.mobilenet or args.only_mobilenet,
-                                                        args.mobilenet_size, not args.only_mobilenet,
+                                                        args.mobilenet_size,
+                                                        not (args.only_mobilenet or args.no_nb101),
                                                         args.resnet50, args.regnet)):
             g = from_tflite(data)
             g_opt, _ = passes.optimize(g)

@@ -183,7 +183,7 @@ def plan(
     if cm is None:
         cm = default_cost_model(table, calibrate)
     if not calibrate:
-        typer.echo("note: --no-calibrate predicts from fixed constants (CPU: 8 GMUL/s a thread), a guess within a "
+        typer.echo("note: --no-calibrate predicts from fixed constants (CPU: 16 GMUL/s a thread), a guess within a "
                    "factor ~2; without it each backend is measured once on this machine (cached) for a real "
                    "estimate", err=True)
     g = load_graph(model)

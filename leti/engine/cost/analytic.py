@@ -21,9 +21,12 @@ attaches :func:`leti.engine.session.calibration_session`, or pass it as ``open_s
 are the same kind of call). MNN counts one MUL a cycle (``mul_per_cycle=1``, its exact constants), but
 LETI's CPU kernels are vectorised: on a 2-core AMD EPYC VM (AVX2, no ``cpufreq``) calibration measured
 17.9×10⁹ MUL/s where MNN's constant says 2×10⁹, so an uncalibrated plan of a NB101 network said 90 ms
-for a network that runs in 11-14 ms. The default ``mul_per_cycle`` is therefore
-:data:`CPU_MUL_PER_CYCLE` = 4 (about 9×10⁹ MUL/s a thread measured there at ~2.2 GHz), which puts that
-plan at 11 ms; an uncalibrated estimate is still a guess within a factor ~2 — calibrate for more.
+for a network that runs in 11-14 ms. The default ``mul_per_cycle`` was therefore 4 (about 9×10⁹ MUL/s a
+thread measured there at ~2.2 GHz). LETI's C kernels then made the engine 2-4× faster: in session 14 calibration
+measured 34×10⁹ MUL/s a thread on such a VM (the 3×3 convolution by Winograd, counted as direct MULs), and the
+calibrated plan of a 32×32×64 NB101 cell was 0.32-0.46 ms where 4 MUL a cycle guessed 1.23 (2.7-3.9×).
+:data:`CPU_MUL_PER_CYCLE` is now 8 (16×10⁹ MUL/s a thread at 2 GHz): that guess is 0.61 ms, 1.3-1.9× the
+calibrated plan; an uncalibrated estimate is still a guess within a factor ~2 — calibrate for more.
 
 Two extensions, off by default so that the model stays MNN's: ``cpu_overhead`` adds the calibrated
 per-op overhead on CPUs too (a Python engine pays one), ``memory_term`` takes
@@ -47,7 +50,7 @@ from leti.errors import LetiError
 
 CPU_FLOPS_FALLBACK = 2e9  # MNN: the CPU's MUL/s when its frequency is unknown (one MUL a cycle at 2 GHz)
 #: MUL a cycle a core sustains in LETI's vectorised kernels (see the module docstring); MNN's is 1
-CPU_MUL_PER_CYCLE = 4.0
+CPU_MUL_PER_CYCLE = 8.0
 GPU_FLOPS_FALLBACK = 4e9
 GPU_T_SCHEDULE_MS = 0.05
 BANDWIDTH_FALLBACK = {"cpu": 20e9, "gpu": 100e9}  # cpu: 40e9 B/s calibrated on the 2-core VM above, halved
