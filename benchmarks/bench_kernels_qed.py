@@ -24,13 +24,14 @@ Measured (``--transfer 2,5,10 --members 3``, 709 s; e2e Acc@10 %, transfer / scr
     pixel4 -> iphonexs   k=2 44.1 / 29.4   k=5 59.8 / 30.4   k=10 59.8 / 32.4   all 93.1   (pixel4's as is 2.0)
     iphonexs -> pixel4   k=2 51.0 / 25.5   k=5 70.6 / 37.3   k=10 74.5 / 33.3   all 95.1   (iphonexs's as is 1.0)
 
-Measured (defaults: 10 folds, xgboost 5 members x 300 trees depth 5, log-linear base; 123 s, session 13: the
-base of GEMM-shaped kernels chooses its FLOPs measure by cross-validation; before: pixel4 77.0 / 95.1, iphonexs
-81.7 / 93.1 per-op / e2e Acc@10):
+Measured (defaults: 10 folds, xgboost 5 members x 300 trees depth 5, log-linear base; 91 s, session 14: per-group
+tiles and 6×16 tiles among the base's FLOPs candidates; session 13, when the base of GEMM-shaped kernels began to
+choose its FLOPs measure by cross-validation: pixel4 76.6 / 93.1, iphonexs 83.6 / 95.1; before that: pixel4
+77.0 / 95.1, iphonexs 81.7 / 93.1 per-op / e2e Acc@10):
 
     device    per-op Acc@10/@5   e2e LETI Acc@10/@5 (RMSPE)   e2e sum only   e2e FLOPs-only   in 90% interval
-    pixel4    76.6 / 56.0        93.1 / 80.4 (5.5%)            13.7           45.1             91%
-    iphonexs  83.6 / 62.8        95.1 / 88.2 (4.9%)             3.9           26.5             92%
+    pixel4    76.4 / 56.0        94.1 / 80.4 (5.4%)            13.7           45.1             91%
+    iphonexs  83.7 / 62.2        95.1 / 88.2 (4.9%)             3.9           26.5             92%
 
 Tried (3 members, same folds; per-op / e2e Acc@10 pixel4, iphonexs): lightgbm 75.7/95.1, 81.7/94.1 (a tie);
 depth 3 x 600 trees 73.4/94.1, 79.9/94.1; depth 7 78.0/94.1, 81.8/94.1; no log-linear base 71.5/91.2,
