@@ -4,6 +4,8 @@ Each pass takes a :class:`Graph`, rewrites a copy and returns ``(graph, count)``
 rewrites made, which :func:`optimize` reports. All passes keep the node list in execution order and
 never change what the graph computes beyond floating-point reassociation (BN folding).
 
+* :func:`depthwise_from_grouped` — a grouped convolution with one input channel per group becomes the
+  depthwise convolution it is;
 * :func:`fold_constants` — evaluate nodes whose inputs are all constants;
 * :func:`fold_batch_norm` — merge a batch norm into the conv / depthwise conv / dense before it;
 * :func:`fuse_activations` — merge a ReLU/ReLU6 into the op before it (``activation`` attribute);
@@ -38,6 +40,30 @@ def _rename_output(g: Graph, node: Node, old: str, new: str) -> None:
     """``node`` now writes ``new`` instead of ``old`` (``old`` disappears)."""
     node.outputs = [new if t == old else t for t in node.outputs]
     g.tensors.pop(old, None)
+
+
+def depthwise_from_grouped(g: Graph) -> tuple[Graph, int]:
+    """``grouped_conv2d`` with ``groups`` equal to its input channels (one channel a group; ConvNeXt writes its
+    7×7 depthwise convolutions so) → ``depthwise_conv2d`` with ``multiplier`` = output channels per group: the
+    same arithmetic (output ``c·m + j`` reads input ``c`` in both), run by the depthwise kernels instead of a GEMM
+    tile with one live column in eight, and open to batch-norm folding and activation fusion."""
+    g = g.copy()
+    count = 0
+    for n in g.nodes:
+        if n.op != "grouped_conv2d" or not g.is_constant(n.inputs[1]):
+            continue
+        w = g.constants[n.inputs[1]]
+        groups = int(n.attrs.get("groups", 1))
+        if w.ndim != 4 or w.shape[2] != 1 or groups != g.tensors[n.inputs[0]].shape[3] or w.shape[3] % groups:
+            continue
+        name = f"{n.name}/weights_depthwise"
+        g.add_constant(name, np.ascontiguousarray(w.reshape(w.shape[0], w.shape[1], w.shape[3])))
+        n.op, n.inputs = "depthwise_conv2d", [n.inputs[0], name, *n.inputs[2:]]
+        n.attrs = {k: v for k, v in n.attrs.items() if k != "groups"}
+        if w.shape[3] // groups > 1:
+            n.attrs["multiplier"] = w.shape[3] // groups
+        count += 1
+    return g, count
 
 
 def fold_constants(g: Graph) -> tuple[Graph, int]:
@@ -191,7 +217,8 @@ def fuse_residual_adds(g: Graph) -> tuple[Graph, int]:
     return _rewrite_until_fixed(g, _fuse_residual_add)
 
 
-PIPELINE = (("fold_constants", fold_constants), ("fold_batch_norm", fold_batch_norm),
+PIPELINE = (("depthwise_from_grouped", depthwise_from_grouped), ("fold_constants", fold_constants),
+            ("fold_batch_norm", fold_batch_norm),
             ("fuse_activations", fuse_activations), ("merge_adds", merge_adds), ("remove_dead", remove_dead))
 
 

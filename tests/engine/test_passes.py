@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from leti.engine import passes
 from leti.engine.convert.from_cell import from_cell
@@ -40,8 +41,8 @@ def test_pipeline_rewrites_and_preserves_results(rng):
     x = rng.standard_normal((1, 5, 5, 3)).astype(np.float32)
     before = run_reference(g, {"x": x})["y"]
     opt, report = passes.optimize(g)
-    assert report == {"fold_constants": 1, "fold_batch_norm": 1, "fuse_activations": 1, "merge_adds": 2,
-                      "remove_dead": 1}
+    assert report == {"depthwise_from_grouped": 0, "fold_constants": 1, "fold_batch_norm": 1, "fuse_activations": 1,
+                      "merge_adds": 2, "remove_dead": 1}
     assert [n.op for n in opt.nodes] == ["conv2d", "add_n", "mul"]
     conv = opt.nodes[0]
     assert conv.attrs["activation"] == "relu" and len(conv.inputs) == 3  # folded bias
@@ -116,3 +117,30 @@ def test_fuse_residual_adds_leaves_what_it_cannot_fuse(rng):
               _residual_block(rng, extra_reader=True)):    # someone else reads the conv's output
         f, count = passes.fuse_residual_adds(g)
         assert count == 0 and [n.op for n in f.nodes] == [n.op for n in g.nodes]
+
+
+@pytest.mark.parametrize("mult", [1, 2])
+def test_a_grouped_convolution_with_one_channel_a_group_runs_as_depthwise(rng, mult):
+    from leti.engine.session import Session
+
+    g = Graph()
+    g.add_tensor("x", (1, 9, 9, 6))
+    g.inputs = ["x"]
+    g.add_constant("w", rng.standard_normal((7, 7, 1, 6 * mult)).astype(np.float32))
+    g.add_constant("b", rng.standard_normal(6 * mult).astype(np.float32))
+    g.add_tensor("y", (1, 9, 9, 6 * mult))
+    g.add_node("grouped_conv2d", ["x", "w", "b"], ["y"], groups=6, padding="same", activation="relu")
+    g.outputs = ["y"]
+    x = rng.standard_normal((1, 9, 9, 6)).astype(np.float32)
+    opt, n = passes.depthwise_from_grouped(g)
+    assert n == 1 and opt.nodes[0].op == "depthwise_conv2d" and "groups" not in opt.nodes[0].attrs
+    assert int(opt.nodes[0].attrs.get("multiplier", 1)) == mult and opt.constants[opt.nodes[0].inputs[1]].shape == (7, 7, 6 * mult)
+    ref = run_reference(g, {"x": x})["y"]
+    np.testing.assert_allclose(run_reference(opt, {"x": x})["y"], ref, rtol=1e-5, atol=1e-5)
+    s = Session(g, backends=("cpu",)).resize()
+    assert [st.op for st in s.steps] == ["depthwise_conv2d"]
+    np.testing.assert_allclose(s.run(x)["y"], ref, rtol=1e-4, atol=1e-4)
+    # two channels a group stay a grouped convolution
+    g.constants["w"] = rng.standard_normal((7, 7, 2, 6 * mult)).astype(np.float32)
+    g.nodes[0].attrs["groups"] = 3
+    assert passes.depthwise_from_grouped(g)[1] == 0

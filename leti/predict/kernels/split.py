@@ -85,8 +85,8 @@ def runtime_graph(graph, runtime: str = "tflite-xnnpack"):
     from leti.engine import passes
 
     steps = [passes.fold_constants, passes.fold_batch_norm, passes.fuse_activations]
-    if runtime.startswith("leti-engine"):
-        steps.append(passes.merge_adds)
+    if runtime.startswith("leti-engine"):  # the engine's own passes: depthwise convolutions written as grouped ones
+        steps = [passes.depthwise_from_grouped, *steps, passes.merge_adds]
     steps.append(passes.remove_dead)
     for step in steps:
         graph, _ = step(graph)
