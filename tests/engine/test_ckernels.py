@@ -183,5 +183,5 @@ def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, strid
     y = np.full((nb, oh, ow, oc), np.nan, np.float32)
     G.conv_window_leti(x, xp, ckernels.pack(w.reshape(kh * kw * c, oc)), y,
                        ckernels.pad_bias(b, oc) if has_bias else np.zeros(1, np.float32), has_bias,
-                       res if has_res else np.zeros((1, 1), np.float32), has_res, kh, kw, sh, sw, pt, pl, act, threads)
+                       res if has_res else np.zeros((1, 1), np.float32), has_res, 1, kh, kw, sh, sw, pt, pl, act, threads)
     assert rel_err(y, _conv_ref(x, w, b if has_bias else None, stride, pads, out_hw, act, res)) < TOL

@@ -6,9 +6,8 @@
   along each output row;
 * ``leti_conv_window`` (``csrc/gemm.c``): a sliding-window convolution over few input channels (a stem)
   as an implicit GEMM on the same packed weights, reading patches from a zero-padded copy of the input
-  (``leti_pad_nhwc``) instead of building a column matrix;
-* ``leti_conv_window_grouped`` (``csrc/gemm.c``): the same window per group of a grouped convolution (RegNet,
-  ResNeXt), reading its channel slice of the padded input in place, every group of an output row in turn.
+  (``leti_pad_nhwc``) instead of building a column matrix; with ``groups`` > 1, a grouped convolution (RegNet,
+  ResNeXt): each group reads its channel slice of the padded input in place, every group of an output row in turn.
 
 Why not a BLAS: the engine's weights are constants and its shapes static, so B can be packed once at
 resize instead of on every call, and the epilogue can run while the output block is still in
@@ -42,7 +41,7 @@ from numba import types
 SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 #: what the build depends on: the sources and the header they share
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
-SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_conv_window_grouped", "leti_pad_nhwc")
+SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: the micro-kernel's block: MR rows of a by NR packed columns of B
 MR, NR = 6, 16
@@ -53,10 +52,8 @@ _p = types.intp
 sgemm = types.ExternalFunction("leti_sgemm", types.void(*([_p] * 11)))
 #: ``leti_dwconv3x3(x, y, w9, bias_or_0, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, act, r0, r1)``
 dwconv3x3 = types.ExternalFunction("leti_dwconv3x3", types.void(*([_p] * 18)))
-#: ``leti_conv_window(xp, wp, ic, kh, kw, sh, sw, b_packed, n, y, ow, bias_or_0, residual_or_0, act, r0, r1)``
-conv_window = types.ExternalFunction("leti_conv_window", types.void(*([_p] * 16)))
-#: ``leti_conv_window_grouped(xp, wp, ci, groups, kh, kw, sh, sw, b_packed, co, y, ow, bias_or_0, act, r0, r1)``
-conv_window_grouped = types.ExternalFunction("leti_conv_window_grouped", types.void(*([_p] * 16)))
+#: ``leti_conv_window(xp, wp, ci, groups, kh, kw, sh, sw, b_packed, co, y, ow, bias_or_0, residual_or_0, act, r0, r1)``
+conv_window = types.ExternalFunction("leti_conv_window", types.void(*([_p] * 17)))
 #: ``leti_pad_nhwc(x, h, wd, c, xp, hp, wp, pt, pl, r0, r1)``
 pad_nhwc = types.ExternalFunction("leti_pad_nhwc", types.void(*([_p] * 11)))
 

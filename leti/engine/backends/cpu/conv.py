@@ -174,7 +174,7 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         def run_window(ins, outs, scratch):
             xp = scratch[0].view(np.float32).reshape(hp, wp, ic)
             r = residual(ins)
-            G.conv_window_leti(ins[0], xp, bp, outs[0], bpad, has_bias, _EMPTY2 if r is None else r, res,
+            G.conv_window_leti(ins[0], xp, bp, outs[0], bpad, has_bias, _EMPTY2 if r is None else r, res, 1,
                                kh, kw, sh, sw, pt, pl, act, numba.get_num_threads())
 
         return Execution(run_window, scratch=(hp * wp * ic * 4,))

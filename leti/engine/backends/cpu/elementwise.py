@@ -24,6 +24,7 @@ from leti.engine.ops.transpose import perm_of
 from leti.engine.schedule import ScheduleOptions
 
 EXECUTIONS = executions_of("cpu")
+_NO_RESIDUAL = np.zeros((1, 1), np.float32)
 
 
 def _unary(body):
@@ -199,7 +200,7 @@ def grouped_conv2d(ctx: OpContext, be):
 
 
 def _grouped_window(ctx: OpContext, w, bias, g: int, ci: int, co: int) -> Execution | None:
-    """Every group in one C call per output row (``leti_conv_window_grouped``): no per-group copies or Python
+    """Every group in one C call per output row (``leti_conv_window`` with ``groups``): no per-group copies or Python
     steps. RegNetX-200MF's 3×3 convolutions over groups of 8 channels ran 2-5× faster than the loop over
     groups below it, which remains for dilated windows and hosts without LETI's C kernels."""
     pads, (oh, ow), (sh, sw), (dh, dw) = geometry(ctx.in_shapes[0], w.shape, ctx.attrs)
@@ -218,7 +219,7 @@ def _grouped_window(ctx: OpContext, w, bias, g: int, ci: int, co: int) -> Execut
 
     def run(ins, outs, scratch):
         xp = scratch[0].view(np.float32).reshape(hp, wp, c)
-        G.conv_window_grouped_leti(ins[0], xp, bp, outs[0], bpad, has_bias, g, kh, kw, sh, sw, pt, pl, act,
-                                   numba.get_num_threads())
+        G.conv_window_leti(ins[0], xp, bp, outs[0], bpad, has_bias, _NO_RESIDUAL, False, g, kh, kw, sh, sw, pt, pl, act,
+                           numba.get_num_threads())
 
     return Execution(run, scratch=(hp * wp * c * 4,))

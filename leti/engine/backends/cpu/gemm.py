@@ -55,10 +55,11 @@ def batched_gemm_leti(v, up, m):
 
 
 @njit(parallel=True, cache=True)
-def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, kh, kw, sh, sw, pt, pl, act, threads):
-    """``y = act(conv(x, W) + bias [+ res])`` for a window over few channels (``ckernels.conv_window``):
-    per image, the zero-padded copy ``xp`` (hp × wp × ic scratch) is written by row blocks over the threads,
-    then the output rows are split over them. ``bp``: the (kh·kw·ic) × n weights packed; no dilation."""
+def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, groups, kh, kw, sh, sw, pt, pl, act, threads):
+    """``y = act(conv(x, W) + bias [+ res])`` for a window over few channels, or a grouped convolution
+    (``ckernels.conv_window``): per image, the zero-padded copy ``xp`` (hp × wp × C scratch) is written by row
+    blocks over the threads, then the output rows are split over them. ``bp``: per group the (kh·kw·C/groups)
+    × (n/groups) weights packed, stacked (one stack when ``groups`` is 1); no dilation."""
     nb, h, wd, c = x.shape
     hp, wp = xp.shape[0], xp.shape[1]
     oh, ow, n = y.shape[1], y.shape[2], y.shape[3]
@@ -72,27 +73,5 @@ def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, kh, kw, sh, sw,
         y_ptr = y.ctypes.data + b * oh * ow * n * 4
         r_ptr = res.ctypes.data + b * oh * ow * n * 4 if has_res else 0
         for i in prange(parts):
-            ckernels.conv_window(xp.ctypes.data, wp, c, kh, kw, sh, sw, bp.ctypes.data, n, y_ptr, ow, b_ptr, r_ptr,
-                                 act, i * oh // parts, (i + 1) * oh // parts)
-
-
-@njit(parallel=True, cache=True)
-def conv_window_grouped_leti(x, xp, bp, y, bias, has_bias, groups, kh, kw, sh, sw, pt, pl, act, threads):
-    """``y = act(grouped_conv(x, W) + bias)`` (``ckernels.conv_window_grouped``): per image, the zero-padded
-    copy ``xp`` (hp × wp × C scratch) over the threads, then output rows split over them, every group of a
-    row in one call. ``bp``: per group the (kh·kw·C/groups) × co weights packed, stacked; no dilation."""
-    nb, h, wd, c = x.shape
-    hp, wp = xp.shape[0], xp.shape[1]
-    oh, ow, n = y.shape[1], y.shape[2], y.shape[3]
-    b_ptr = bias.ctypes.data if has_bias else 0
-    ci, co = c // groups, n // groups
-    for b in range(nb):
-        x_ptr = x.ctypes.data + b * h * wd * c * 4
-        parts = max(1, min(threads, hp))
-        for i in prange(parts):
-            ckernels.pad_nhwc(x_ptr, h, wd, c, xp.ctypes.data, hp, wp, pt, pl, i * hp // parts, (i + 1) * hp // parts)
-        parts = max(1, min(threads, oh))
-        y_ptr = y.ctypes.data + b * oh * ow * n * 4
-        for i in prange(parts):
-            ckernels.conv_window_grouped(xp.ctypes.data, wp, ci, groups, kh, kw, sh, sw, bp.ctypes.data, co, y_ptr,
-                                         ow, b_ptr, act, i * oh // parts, (i + 1) * oh // parts)
+            ckernels.conv_window(xp.ctypes.data, wp, c // groups, groups, kh, kw, sh, sw, bp.ctypes.data, n // groups,
+                                 y_ptr, ow, b_ptr, r_ptr, act, i * oh // parts, (i + 1) * oh // parts)

@@ -229,27 +229,20 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
     }
 }
 
-/* Output rows r0..r1-1 of one image: y (oh x ow x n, NHWC) = act(conv(xp, W) + bias + res), xp the
- * zero-padded input (hp x wp x ic), bp the packed (kh * kw * ic) x n weights (see window_rows). */
-void leti_conv_window(const float *xp, int64_t wp, int64_t ic, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                      const float *bp, int64_t n, float *y, int64_t ow, const float *bias, const float *res,
+/* Output rows r0..r1-1 of one image: y (oh x ow x groups*co, NHWC) = act(conv(xp, W) + bias + res), xp the
+ * zero-padded input (hp x wp x groups*ci). Group g reads input channels g*ci .. in place and writes output
+ * channels g*co .. with its own packed (kh * kw * ci) x co weights (bp: groups such stacks, each ceil(co/16)
+ * panels) and its bias padded to whole panels (bias: groups such rows, or NULL); res is laid out like y or NULL.
+ * groups = 1 is a plain convolution. Per output row, every group in turn: the input rows under the window stay in
+ * cache across groups. */
+void leti_conv_window(const float *xp, int64_t wp, int64_t ci, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
+                      int64_t sw, const float *bp, int64_t co, float *y, int64_t ow, const float *bias, const float *res,
                       int64_t act, int64_t r0, int64_t r1) {
-    window_rows(xp, wp, ic, ic, kh, kw, sh, sw, bp, n, y, ow, n, bias, res, act, r0, r1);
-}
-
-/* A grouped convolution's output rows r0..r1-1 of one image: group g reads input channels g*ci .. of the
- * zero-padded xp (hp x wp x groups*ci) and writes output channels g*co .. of y (oh x ow x groups*co), with
- * its own packed (kh * kw * ci) x co weights (bp: groups such stacks, each ceil(co/16) panels) and its
- * bias padded to whole panels (bias: groups such rows, or NULL). Per output row, every group in turn: the
- * input rows under the window stay in cache across groups. */
-void leti_conv_window_grouped(const float *xp, int64_t wp, int64_t ci, int64_t groups, int64_t kh, int64_t kw,
-                              int64_t sh, int64_t sw, const float *bp, int64_t co, float *y, int64_t ow,
-                              const float *bias, int64_t act, int64_t r0, int64_t r1) {
     int64_t panels = (co + NR - 1) / NR, k = kh * kw * ci, cs = groups * ci, ldy = groups * co;
     for (int64_t oy = r0; oy < r1; ++oy)
         for (int64_t g = 0; g < groups; ++g)
             window_rows(xp + g * ci, wp, cs, ci, kh, kw, sh, sw, bp + g * panels * k * NR, co, y + g * co, ow, ldy,
-                        bias ? bias + g * panels * NR : 0, 0, act, oy, oy + 1);
+                        bias ? bias + g * panels * NR : 0, res ? res + g * co : 0, act, oy, oy + 1);
 }
 
 /* Rows r0..r1-1 of the zero-padded copy xp (hp x wp x c) of x (h x wd x c), x placed at (pt, pl). */
