@@ -9,8 +9,9 @@ devices, and chosen-vs-random cells.
   is printed beside.
 * NB101, LETI's own devices (``leti export`` datasets sharing cell hashes): engine CPU ← TFLite CPU and
   H200 engine ← both, N = 10, 20, 50.
-* Choosing cells: ``transfer-ridge`` on the N cells of :func:`leti.predict.transfer.choose.choose` (stratified
-  over the source-latency space) vs N random cells.
+* Choosing cells (``choose``): ``transfer-ridge`` on the N cells of :func:`leti.predict.transfer.choose.choose`
+  (``stratified`` and the default ``design``) vs N random cells; ``chooseloso``: how ``design``'s ridge and
+  candidates were chosen without the targets (the ``loso`` tasks below, N = 10 and 20).
 * ``int8`` (issue 19): the int8 local-CPU dataset from the fp32 one (same cells, another precision),
   N = 10, 20, 50, against from-scratch predictors on the same int8 cells.
 * ``curve``: Spearman and Acc@10 against N = 5 … 100 on every NB201 device (the notebook
@@ -113,7 +114,7 @@ def arch_indices(nb201) -> dict[str, np.ndarray]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--parts", default="help,nb101,int8,choose", help="help, full, n1000, nb101, int8, choose, curve, loso, helpexact")
+    ap.add_argument("--parts", default="help,nb101,int8,choose", help="help, full, n1000, nb101, int8, choose, chooseloso, curve, loso, helpexact")
     ap.add_argument("--devices", default="pixel2,raspi4,titan_rtx_1,gold_6226,eyeriss")
     ap.add_argument("--quick", action="store_true",
                     help="HELP split at N = 10 only, transfer-ridge (and --predictors) only: minutes, to iterate")
@@ -273,19 +274,26 @@ def main() -> None:
         return summary(res, (10, 20, 50), specs)
 
     def chosen():
-        print(f"\n## transfer-ridge on chosen (stratified over the mean source profile) vs random cells, seeds {seeds}")
-        print(f"{'target':16s} {'N':>4s} {'random ρ':>8s} {'chosen ρ':>8s} {'random Acc@10':>14s} {'chosen Acc@10':>14s}")
+        methods = ("stratified", "design")
+        print(f"\n## transfer-ridge on chosen vs random cells, seeds {seeds} (Spearman, Acc@10 %)")
+        print(f"{'target':16s} {'N':>4s} {'random':>14s} " + " ".join(f"{m:>14s}" for m in methods))
         out = {}
         for dev in devices:
             data = loo(nb201, dev)
-            r = evaluate_transfer(data, ("transfer-ridge",), (10, 20), seeds)[dev]["transfer-ridge"]
-            c = evaluate_transfer(data, ("transfer-ridge",), (10, 20), seeds, chosen=True)[dev]["transfer-ridge"]
-            out[dev] = {"random": {}, "chosen": {}}
+            res = {"random": evaluate_transfer(data, ("transfer-ridge",), (10, 20), seeds)[dev]["transfer-ridge"]}
+            for m in methods:
+                res[m] = evaluate_transfer(data, ("transfer-ridge",), (10, 20), seeds, chosen=m)[dev]["transfer-ridge"]
+            out[dev] = {k: {} for k in res}
             for n in (10, 20):
-                a, b = r[n].summary()["mean"], c[n].summary()["mean"]
-                out[dev]["random"][str(n)], out[dev]["chosen"][str(n)] = a, b
-                print(f"{dev:16s} {n:4d} {a['spearman']:8.3f} {b['spearman']:8.3f} {100 * a['acc@10%']:14.1f} "
-                      f"{100 * b['acc@10%']:14.1f}", flush=True)
+                cells = []
+                for k, r in res.items():
+                    a = r[n].summary()["mean"]
+                    out[dev][k][str(n)] = a
+                    cells.append(f"{a['spearman']:.3f}, {100 * a['acc@10%']:5.1f}")
+                print(f"{dev:16s} {n:4d} " + " ".join(f"{c:>14s}" for c in cells), flush=True)
+        # the earlier key ("chosen" = the default method) stays for readers of transfer.json
+        for dev in out:
+            out[dev]["chosen"] = out[dev]["stratified"]
         return out
 
     def curve():
@@ -298,6 +306,14 @@ def main() -> None:
             out.update(summary(res, sizes, specs))
         return out
 
+    def loso_tasks():
+        """(pseudo-target, held-out target, data) for every source of every target: the target never seen."""
+        for pseudo in devices:
+            for out in devices:
+                if out != pseudo:
+                    yield pseudo, out, TransferData([nb201[pseudo]], sources_from(
+                        [d for k, d in nb201.items() if k not in (pseudo, out)]))
+
     def loso():
         # the choice of transfer-ridge's temper, made on sources only: each source of a target in turn is the
         # pseudo-target of the other three; a target's row averages the tasks that leave it out entirely
@@ -309,14 +325,10 @@ def main() -> None:
         if args.quick_loso:
             configs = {k: v for k, v in configs.items() if k in ("prev, T = 2", "all, T = 2")}
         score = {}
-        for pseudo in devices:
-            for out in devices:
-                if out == pseudo:
-                    continue
-                data = TransferData([nb201[pseudo]], sources_from([d for k, d in nb201.items() if k not in (pseudo, out)]))
-                for name, params in configs.items():
-                    r = evaluate_transfer(data, ("transfer-ridge",), (10,), seeds, overrides={"transfer-ridge": params})
-                    score[(pseudo, out, name)] = r[pseudo]["transfer-ridge"][10].summary()["mean"]["spearman"]
+        for pseudo, out, data in loso_tasks():
+            for name, params in configs.items():
+                r = evaluate_transfer(data, ("transfer-ridge",), (10,), seeds, overrides={"transfer-ridge": params})
+                score[(pseudo, out, name)] = r[pseudo]["transfer-ridge"][10].summary()["mean"]["spearman"]
         print(f"\n## leave-one-source-out choice of the evidence temper, N = 10, seeds {seeds}")
         print(f"{'held-out target':16s} " + " ".join(f"{c:>14s}" for c in configs))
         out_rows = {}
@@ -327,10 +339,39 @@ def main() -> None:
         print(f"{'all tasks':16s} " + " ".join(f"{out_rows['all tasks'][c]:14.4f}" for c in configs))
         return out_rows
 
+    def choose_loso():
+        # the choice among cell-choice variants, made on sources only (as loso does for the temper): each source
+        # of a target in turn is the pseudo-target of the other three
+        from leti.predict.transfer import choose as ch
+
+        variants = {"random": None, "stratified": ("stratified", None, None),
+                    **{f"design {r:g}/{c}": ("design", r, c) for r in (0.01, 1.0, 10.0) for c in (8, 24)}}
+        score, saved = {}, (ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES)
+        for pseudo, out, data in loso_tasks():
+            for name, v in variants.items():
+                if v is not None and v[0] == "design":
+                    ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES = v[1], v[2]
+                r = evaluate_transfer(data, ("transfer-ridge",), (10, 20), seeds,
+                                      chosen=False if v is None else v[0])[pseudo]["transfer-ridge"]
+                for n in (10, 20):
+                    score[(pseudo, out, name, n)] = r[n].summary()["mean"]
+        ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES = saved
+        print(f"\n## leave-one-source-out choice of the cell choice, seeds {seeds} (mean over the 20 tasks: Spearman, Acc@10 %)")
+        out_rows = {}
+        for n in (10, 20):
+            for name in variants:
+                vals = [v for k, v in score.items() if k[2] == name and k[3] == n]
+                rho, acc = float(np.mean([v["spearman"] for v in vals])), float(np.mean([v["acc@10%"] for v in vals]))
+                wins = sum(score[k]["spearman"] > score[(k[0], k[1], "random", n)]["spearman"] for k in score
+                           if k[2] == name and k[3] == n)
+                out_rows[f"{name}, N = {n}"] = {"spearman": rho, "acc@10%": acc, "spearman_wins_over_random": wins}
+                print(f"N = {n:3d} {name:16s} {rho:.4f} {100 * acc:5.1f}  ahead of random on {wins} of 20 tasks", flush=True)
+        return out_rows
+
     if args.quick:
         parts = ["quick"]
     for name, fn in (("quick", quick), ("help", help_split), ("full", full), ("n1000", n1000), ("nb101", nb101), ("int8", int8),
-                     ("choose", chosen), ("curve", curve), ("loso", loso), ("helpexact", help_exact)):
+                     ("choose", chosen), ("chooseloso", choose_loso), ("curve", curve), ("loso", loso), ("helpexact", help_exact)):
         part(name, fn)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s, load average {os.getloadavg()}")
 

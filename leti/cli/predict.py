@@ -346,7 +346,7 @@ def choose_cmd(
     budget: int = typer.Option(..., "--budget", help="How many cells to measure on the new device."),
     out: Path = typer.Option(..., "--out", help="Parquet (or CSV) of the chosen rows of --cells, with choice_rank."),
     seed: int = typer.Option(0, "--seed", help="Seed of the choice."),
-    method: str = typer.Option("stratified", "--method", help="stratified (default), kmeans, kcenter or random."),
+    method: str = typer.Option("design", "--method", help="design (default), stratified, kmeans, kcenter or random."),
 ) -> None:
     """The cells to measure first on a new device: spread over the source devices' latency space.
 

@@ -168,3 +168,30 @@ def test_a_quantized_model_is_refused(tmp_path):
     f.write_bytes(convert_keras_quantized(se_block_net(8, 16), "int8"))
     p = leti_cli("predict", "--model", str(f), "--predictor", str(kp))
     assert p.returncode != 0 and "quantized" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_shortcut_add_fuses_from_either_side_as_the_engine_runs_it():
+    """ResNet's identity block computes ``add(shortcut, conv)``: the engine adds the shortcut in the
+    convolution's epilogue whichever side it is on, so its kernel split has one kernel per engine step."""
+    import keras
+    from keras import layers
+
+    from leti.engine.convert import load_model
+    from leti.engine.session import Session
+
+    x_in = keras.Input((12, 12, 8))
+    x = layers.Conv2D(8, 3, padding="same", activation="relu")(x_in)
+    a = layers.Add()([x, layers.Conv2D(8, 3, padding="same")(x)])  # the conv on the right
+    b = layers.Add()([layers.Conv2D(8, 1)(a), a])  # the conv on the left
+    s = layers.GlobalAveragePooling2D(keepdims=True)(b)
+    c = layers.Multiply()([b, layers.Conv2D(8, 1, activation="sigmoid")(s)])  # a broadcast scale: not fused
+    net = keras.Model(x_in, layers.ReLU()(c))
+    rules = FusionRules("leti-engine-cpu", {"conv2d": ["add"]}, "measured")
+    t = split_model(net, rules)
+    assert "add" not in set(t.kernel_type) and list(t.fused[t.kernel_type == "conv2d"]).count("add") == 2
+    assert (t.kernel_type == "mul").sum() == 1 and t[t.kernel_type == "mul"].output_h.iloc[0] == 12
+    s = Session(load_model(net), backends=("cpu",), threads=1)
+    s.resize()
+    assert [st.op for st in s.steps if st.op != "reshape"].count("add") == 0
+    assert len([st for st in s.steps if st.op != "reshape"]) == len(t)
+    assert len(split_model(net, FusionRules("leti-engine-cpu"))) == len(t) + 2  # without the rule: two adds

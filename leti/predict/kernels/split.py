@@ -146,11 +146,23 @@ def _node_row(g, node, constants: set[str]) -> dict:
 
 
 def _emit(g, rules: FusionRules, rows: list[dict], owner: dict, readers: dict, row: dict) -> None:
-    """Add ``row`` as a kernel, or fuse it into the kernel that wrote its (only) live input when the runtime
-    fuses the pair."""
-    src = owner.get(row["_in"][0]) if len(row["_in"]) >= 1 else None
-    if src is not None and rules.fuses(rows[src]["kernel_type"], row["kernel_type"]) \
-            and readers.get(row["_in"][0], 0) == 1 and rows[src]["_out"] == row["_in"][0]:
+    """Add ``row`` as a kernel, or fuse it into the kernel that wrote one of its live inputs when the runtime
+    fuses the pair and the follower is that tensor's only reader. Any input, not only the first: a ResNet
+    block's ``add(shortcut, conv)`` fuses into the convolution as ``add(conv, shortcut)`` does (LETI's engine
+    takes the residual from either side; before this the split kept 12 of ResNet50's 16 adds as kernels of
+    their own, which the engine never runs). An input after the first fuses only when it is shaped like the
+    follower's output (not a squeeze-excite scale broadcast over a map)."""
+    src = None
+    for i, t in enumerate(row["_in"]):
+        k = owner.get(t)
+        if k is not None and rules.fuses(rows[k]["kernel_type"], row["kernel_type"]) \
+                and readers.get(t, 0) == 1 and rows[k]["_out"] == t \
+                and (i == 0 or g.tensors[t].shape == g.tensors[row["_out"]].shape):  # not a broadcast operand
+            src = k
+            if t != row["_in"][0]:  # the fused input first: what the kernel wrote is never read again
+                row["_in"] = [t] + [u for u in row["_in"] if u != t]
+            break
+    if src is not None:
         main = rows[src]
         main["fused"] = "+".join(p for p in (main["fused"], row["kernel_type"], row["fused"]) if p)
         main["output_h"], main["output_w"], main["output_c"] = row["output_h"], row["output_w"], row["output_c"]

@@ -20,10 +20,11 @@ from leti.predict.transfer.choose import choose
 from leti.predict.transfer.data import TransferData, check_train_size
 
 
-def split(data, sources, n: int, seed: int, chosen: bool) -> tuple[np.ndarray, np.ndarray]:
+def split(data, sources, n: int, seed: int, chosen: bool | str) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) indices of one target device."""
     total = len(data.latency_ms)
-    tr = choose(sources, data.cells, n, seed=seed) if chosen else np.random.default_rng(seed).permutation(total)[:n]
+    how = {"method": chosen} if isinstance(chosen, str) else {}  # True: choose's default method
+    tr = choose(sources, data.cells, n, seed=seed, **how) if chosen else np.random.default_rng(seed).permutation(total)[:n]
     te = np.setdiff1d(np.arange(total), tr)
     return tr, te
 
@@ -46,7 +47,7 @@ def fit_one(spec: str, data, sources, tr: np.ndarray, seed: int, folds: int = 1,
 
 
 def evaluate_transfer(data: TransferData, specs: Sequence[str], train_sizes: Sequence[int],
-                      seeds: Sequence[int] = (0, 1, 2), folds: int = 1, chosen: bool = False,
+                      seeds: Sequence[int] = (0, 1, 2), folds: int = 1, chosen: bool | str = False,
                       overrides: dict[str, dict[str, Any]] | None = None,
                       progress: Callable[[str], None] | None = None
                       ) -> dict[str, dict[str, dict[int, PredictorResult]]]:
