@@ -1,0 +1,79 @@
+"""Time part of a kernel build again after the runtime changed (issue 16): the items of a build store that the
+change can have moved, measured with the build's own protocol and stored in place of their old measurement.
+
+Why: a kernel build is ~45 minutes of measurement. When the engine changes in a way that moves only some kernels
+(session 15: the GEMM fetches the next panel of weights ahead, which speeds up products whose weights are not in
+the core's caches), re-timing those kernels and the calibration networks keeps the rest of the build, whose
+kernels run the same code as before. Everything else about the store (plan, rounds, spent budget) is left as it
+was; refit afterwards with ``leti kernels build ... --budget-minutes <the spent budget>``.
+
+    PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \\
+        --kernels-min-weights 512000 --networks
+
+Items are re-split as they are timed (the kernel rows stored with a network are the current split's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, required=True, help="a kernel build's kernels.sqlite (changed in place)")
+    ap.add_argument("--device", default="engine")
+    ap.add_argument("--kernels-min-weights", type=float, default=None,
+                    help="re-time the single-kernel items with at least this many bytes of weights")
+    ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
+    args = ap.parse_args(argv)
+
+    from leti.device.registry import open_device
+    from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench
+    from leti.predict.kernels.build_store import BuildStore
+    from leti.predict.kernels.sampler import KernelConfig
+    from leti.predict.kernels.split import FusionRules
+
+    if not args.store.is_file():
+        print(f"error: {args.store}: no such build store", file=sys.stderr)
+        return 2
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
+    with BuildStore(args.store) as store, open_device(args.device, threads=1) as dev:
+        bench = KernelBench(dev, args.store.parent / ".work", KERNEL_PROTOCOL)
+        bench.rules = FusionRules.from_dict(store.get("rules"))
+        todo = []
+        if args.kernels_min_weights is not None:
+            k = store.measured("kernel")
+            heavy = [float(rows[0].get("bytes_weights", 0.0)) >= args.kernels_min_weights for rows in k["kernels"]]
+            todo += [("kernel", r) for r, h in zip(k.itertuples(), heavy) if h]
+        if args.networks:
+            todo += [("network", r) for r in store.measured("network").itertuples()]
+        print(f"re-timing {len(todo)} items of {args.store}", flush=True)
+        moved: dict[str, list[float]] = {}
+        for i, (kind, r) in enumerate(todo):
+            start = time.perf_counter()
+            if kind == "network":
+                timed = bench.network(r.config["params"], stem=r.name)
+            else:
+                timed = bench.kernel(KernelConfig.from_dict(r.config), seed=int(r.id), stem=r.name)
+            store.done(int(r.id), timed.kernels, timed.measurement, time.perf_counter() - start)
+            moved.setdefault(kind, []).append(timed.measurement.ratio / r.ratio)
+            if (i + 1) % 50 == 0:
+                print(f"  {i + 1}/{len(todo)}", flush=True)
+        bench.close()
+    import numpy as np
+
+    for kind, m in moved.items():
+        q = np.percentile(m, [10, 50, 90])
+        print(f"{kind}: {len(m)} items, new / old ratio 10 % {q[0]:.3f}, median {q[1]:.3f}, 90 % {q[2]:.3f}")
+    print(f"{time.perf_counter() - t0:.0f} s; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
