@@ -1,5 +1,6 @@
 """Time part of a kernel build again after the runtime changed (issue 16): the items of a build store that the
-change can have moved, measured with the build's own protocol and stored in place of their old measurement.
+change can have moved, measured with the build's own protocol and stored in place of their old measurement; and
+``--add TYPE=N``: N more kernels of one type drawn by the build's sampler (a type the build left thin).
 
 Why: a kernel build is ~45 minutes of measurement. When the engine changes in a way that moves only some kernels
 (session 15: the GEMM fetches the next panel of weights ahead, which speeds up products whose weights are not in
@@ -10,7 +11,8 @@ was; refit afterwards with ``leti kernels build ... --budget-minutes <the spent 
     PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \\
         --kernels-min-weights 512000 --networks
 
-Items are re-split as they are timed (the kernel rows stored with a network are the current split's).
+Items are re-split as they are timed (the kernel rows stored with a network are the current split's). Added
+kernels join the store's last round with origin ``added`` (the refit uses them like any other).
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels-min-weights", type=float, default=None,
                     help="re-time the single-kernel items with at least this many bytes of weights")
     ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
+    ap.add_argument("--add", action="append", default=[], metavar="TYPE=N",
+                    help="draw N more kernels of TYPE with the build's sampler and measure them (repeatable)")
+    ap.add_argument("--seed", type=int, default=15, help="the sampler's seed for --add")
     args = ap.parse_args(argv)
+
+    import numpy as np
 
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench
     from leti.predict.kernels.build_store import BuildStore
-    from leti.predict.kernels.sampler import KernelConfig
+    from leti.predict.kernels.build import _items
+    from leti.predict.kernels.sampler import KernelConfig, KernelSampler
     from leti.predict.kernels.split import FusionRules
 
     if not args.store.is_file():
@@ -53,10 +61,30 @@ def main(argv=None) -> int:
             todo += [("kernel", r) for r, h in zip(k.itertuples(), heavy) if h]
         if args.networks:
             todo += [("network", r) for r in store.measured("network").itertuples()]
+        if args.add:
+            sampler, rng = KernelSampler(), np.random.default_rng(args.seed)
+            for spec in args.add:
+                t, _, n = spec.partition("=")
+                if t not in sampler.kernel_types or not n.isdigit():
+                    print(f"error: --add {spec!r}: want TYPE=N with TYPE one of {', '.join(sampler.kernel_types)}",
+                          file=sys.stderr)
+                    return 2
+                before = {r["id"] for r in store.pending("kernel")}
+                store.plan("kernel", _items(sampler.draw(t, int(n), rng), "added"), max(len(store.rounds()) - 1, 0))
+                todo += [("added", r) for r in store.pending("kernel") if r["id"] not in before]
         print(f"re-timing {len(todo)} items of {args.store}", flush=True)
         moved: dict[str, list[float]] = {}
         for i, (kind, r) in enumerate(todo):
             start = time.perf_counter()
+            if kind == "added":  # a pending row (a dict), measured for the first time
+                try:
+                    timed = bench.kernel(KernelConfig.from_dict(r["config"]), seed=int(r["id"]), stem=r["name"])
+                except Exception as exc:  # noqa: BLE001 - one kernel that cannot be built is recorded, not fatal
+                    store.failed(int(r["id"]), f"{type(exc).__name__}: {str(exc)[:300]}", time.perf_counter() - start)
+                    continue
+                store.done(int(r["id"]), timed.kernels, timed.measurement, time.perf_counter() - start)
+                moved.setdefault(kind, []).append(timed.measurement.ratio)
+                continue
             if kind == "network":
                 timed = bench.network(r.config["params"], stem=r.name)
             else:
@@ -66,11 +94,10 @@ def main(argv=None) -> int:
             if (i + 1) % 50 == 0:
                 print(f"  {i + 1}/{len(todo)}", flush=True)
         bench.close()
-    import numpy as np
-
     for kind, m in moved.items():
         q = np.percentile(m, [10, 50, 90])
-        print(f"{kind}: {len(m)} items, new / old ratio 10 % {q[0]:.3f}, median {q[1]:.3f}, 90 % {q[2]:.3f}")
+        what = "ratio to the reference" if kind == "added" else "new / old ratio"
+        print(f"{kind}: {len(m)} items, {what} 10 % {q[0]:.3f}, median {q[1]:.3f}, 90 % {q[2]:.3f}")
     print(f"{time.perf_counter() - t0:.0f} s; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
     return 0
 
