@@ -291,9 +291,6 @@ def main() -> None:
                     out[dev][k][str(n)] = a
                     cells.append(f"{a['spearman']:.3f}, {100 * a['acc@10%']:5.1f}")
                 print(f"{dev:16s} {n:4d} " + " ".join(f"{c:>14s}" for c in cells), flush=True)
-        # the earlier key ("chosen" = the default method) stays for readers of transfer.json
-        for dev in out:
-            out[dev]["chosen"] = out[dev]["stratified"]
         return out
 
     def curve():
@@ -347,15 +344,17 @@ def main() -> None:
         variants = {"random": None, "stratified": ("stratified", None, None),
                     **{f"design {r:g}/{c}": ("design", r, c) for r in (0.01, 1.0, 10.0) for c in (8, 24)}}
         score, saved = {}, (ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES)
-        for pseudo, out, data in loso_tasks():
-            for name, v in variants.items():
-                if v is not None and v[0] == "design":
-                    ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES = v[1], v[2]
-                r = evaluate_transfer(data, ("transfer-ridge",), (10, 20), seeds,
-                                      chosen=False if v is None else v[0])[pseudo]["transfer-ridge"]
-                for n in (10, 20):
-                    score[(pseudo, out, name, n)] = r[n].summary()["mean"]
-        ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES = saved
+        try:
+            for pseudo, out, data in loso_tasks():
+                for name, v in variants.items():
+                    if v is not None and v[0] == "design":
+                        ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES = v[1], v[2]
+                    r = evaluate_transfer(data, ("transfer-ridge",), (10, 20), seeds,
+                                          chosen=False if v is None else v[0])[pseudo]["transfer-ridge"]
+                    for n in (10, 20):
+                        score[(pseudo, out, name, n)] = r[n].summary()["mean"]
+        finally:  # the module's settings as they were, whatever happened
+            ch.DESIGN_RIDGE, ch.DESIGN_CANDIDATES = saved
         print(f"\n## leave-one-source-out choice of the cell choice, seeds {seeds} (mean over the 20 tasks: Spearman, Acc@10 %)")
         out_rows = {}
         for n in (10, 20):

@@ -54,13 +54,13 @@ def main(argv=None) -> int:
     with BuildStore(args.store) as store, open_device(args.device, threads=1) as dev:
         bench = KernelBench(dev, args.store.parent / ".work", KERNEL_PROTOCOL)
         bench.rules = FusionRules.from_dict(store.get("rules"))
-        todo = []
+        todo = []  # (kind, item row as a dict, its old ratio or None for an added kernel)
         if args.kernels_min_weights is not None:
-            k = store.measured("kernel")
-            heavy = [float(rows[0].get("bytes_weights", 0.0)) >= args.kernels_min_weights for rows in k["kernels"]]
-            todo += [("kernel", r) for r, h in zip(k.itertuples(), heavy) if h]
+            for r in store.measured("kernel").to_dict("records"):
+                if float(r["kernels"][0].get("bytes_weights", 0.0)) >= args.kernels_min_weights:
+                    todo.append(("kernel", r, r["ratio"]))
         if args.networks:
-            todo += [("network", r) for r in store.measured("network").itertuples()]
+            todo += [("network", r, r["ratio"]) for r in store.measured("network").to_dict("records")]
         if args.add:
             sampler, rng = KernelSampler(), np.random.default_rng(args.seed)
             for spec in args.add:
@@ -71,26 +71,23 @@ def main(argv=None) -> int:
                     return 2
                 before = {r["id"] for r in store.pending("kernel")}
                 store.plan("kernel", _items(sampler.draw(t, int(n), rng), "added"), max(len(store.rounds()) - 1, 0))
-                todo += [("added", r) for r in store.pending("kernel") if r["id"] not in before]
+                todo += [("added", r, None) for r in store.pending("kernel") if r["id"] not in before]
         print(f"re-timing {len(todo)} items of {args.store}", flush=True)
         moved: dict[str, list[float]] = {}
-        for i, (kind, r) in enumerate(todo):
+        for i, (kind, r, old) in enumerate(todo):
             start = time.perf_counter()
-            if kind == "added":  # a pending row (a dict), measured for the first time
-                try:
-                    timed = bench.kernel(KernelConfig.from_dict(r["config"]), seed=int(r["id"]), stem=r["name"])
-                except Exception as exc:  # noqa: BLE001 - one kernel that cannot be built is recorded, not fatal
-                    store.failed(int(r["id"]), f"{type(exc).__name__}: {str(exc)[:300]}", time.perf_counter() - start)
-                    continue
-                store.done(int(r["id"]), timed.kernels, timed.measurement, time.perf_counter() - start)
-                moved.setdefault(kind, []).append(timed.measurement.ratio)
+            try:
+                timed = (bench.network(r["config"]["params"], stem=r["name"]) if kind == "network" else
+                         bench.kernel(KernelConfig.from_dict(r["config"]), seed=int(r["id"]), stem=r["name"]))
+            except Exception as exc:  # noqa: BLE001 - one model that cannot be built or run is reported, not fatal
+                msg = f"{type(exc).__name__}: {str(exc)[:300]}"
+                if old is None:  # a new kernel: recorded as failed, as the build records it
+                    store.failed(int(r["id"]), msg, time.perf_counter() - start)
+                else:  # a re-time: the old measurement stays
+                    print(f"  {r['name']}: kept its old measurement ({msg})", flush=True)
                 continue
-            if kind == "network":
-                timed = bench.network(r.config["params"], stem=r.name)
-            else:
-                timed = bench.kernel(KernelConfig.from_dict(r.config), seed=int(r.id), stem=r.name)
-            store.done(int(r.id), timed.kernels, timed.measurement, time.perf_counter() - start)
-            moved.setdefault(kind, []).append(timed.measurement.ratio / r.ratio)
+            store.done(int(r["id"]), timed.kernels, timed.measurement, time.perf_counter() - start)
+            moved.setdefault(kind, []).append(timed.measurement.ratio / (old or 1.0))
             if (i + 1) % 50 == 0:
                 print(f"  {i + 1}/{len(todo)}", flush=True)
         bench.close()

@@ -91,7 +91,7 @@ def choose(sources: Sources, cells: Any, budget: int, method: str = "design", se
         lo, hi = np.ceil(edges[:-1]).astype(np.int64), np.ceil(edges[1:]).astype(np.int64)
         if method == "stratified":
             return order[np.minimum(lo + (rng.random(budget) * (hi - lo)).astype(np.int64), n - 1)]
-        return _design(z, order, lo, np.maximum(hi, lo + 1), rng)
+        return _design(z, order, lo, hi, rng)  # budget <= n: every stratum holds a cell
     x = embed(sources, table)
     if method == "kcenter":
         first = int(np.argmin(((x - np.median(x, 0)) ** 2).sum(1)))
