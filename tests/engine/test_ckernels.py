@@ -41,6 +41,9 @@ def test_pack_lays_out_zero_padded_aligned_panels(rng):
     (100, 40, 300),   # more than 16 panels: two panel chunks
     (1000, 27, 32),   # many rows: split over rows in multiples of 6
     (3, 600, 1000),   # few rows, many panels, three k blocks
+    (25, 300, 24),    # a half panel over tiles of 12 rows (and one left over), two k blocks
+    (30, 20, 8),      # one half panel only: 12 + 12 + 6 rows
+    (12, 5, 37),      # a half panel of 5 columns, masked, over exactly 12 rows
 ])
 @pytest.mark.parametrize("act, has_bias, has_res", [(0, False, False), (1, True, False), (2, True, False),
                                                    (2, False, False), (1, True, True), (0, False, True)])
@@ -171,6 +174,9 @@ def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):
     (1, 10, 10, 8, 16, (7, 7), (2, 2), (3, 3), (5, 5), 1, True, False),   # a ResNet-like 7x7 stem window
     (1, 9, 9, 4, 17, (3, 3), (2, 2), (0, 0), (4, 4), 0, True, False),     # valid: the last column is never read
     (1, 3, 20, 2, 40, (3, 1), (1, 1), (1, 0), (3, 20), 2, False, False),  # a 3x1 window, three panels
+    (1, 9, 30, 8, 8, (3, 3), (1, 1), (1, 1), (9, 30), 1, True, True),     # 8 columns: tiles of 12 pixels (12, 12, 6)
+    (2, 10, 19, 8, 5, (3, 3), (2, 2), (1, 1), (5, 10), 2, True, False),   # 5 columns masked, a 10-pixel tile
+    (1, 8, 8, 6, 8, (1, 1), (2, 2), (0, 0), (4, 4), 1, True, False),      # a strided 1x1: reads x in place, no copy
 ])
 def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, stride, pads, out_hw, act, has_bias,
                                          has_res):
@@ -185,3 +191,27 @@ def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, strid
                        ckernels.pad_bias(b, oc) if has_bias else np.zeros(1, np.float32), has_bias,
                        res if has_res else np.zeros((1, 1), np.float32), has_res, 1, kh, kw, sh, sw, pt, pl, act, threads)
     assert rel_err(y, _conv_ref(x, w, b if has_bias else None, stride, pads, out_hw, act, res)) < TOL
+
+
+@needs_leti
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("h, wd, groups, ci, co, stride, pads, out_hw", [
+    (9, 27, 3, 8, 8, (1, 1), (1, 1), (9, 27), ),   # RegNet's groups of 8: 12-pixel tiles, 3 left over
+    (14, 14, 5, 8, 8, (2, 2), (0, 0), (7, 7)),     # 'same' at stride 2 pads after only; 7 pixels, one tile
+    (6, 16, 2, 4, 6, (1, 1), (1, 1), (6, 16)),     # 6 columns per group, masked
+    (8, 8, 4, 8, 16, (2, 2), (0, 0), (3, 3)),      # valid, a full panel per group: read in place
+])
+def test_leti_grouped_window_matches_per_group_convolutions(rng, threads, h, wd, groups, ci, co, stride, pads, out_hw):
+    (kh, kw), (sh, sw), (pt, pl), (oh, ow) = (3, 3), stride, pads, out_hw
+    x = rng.standard_normal((1, h, wd, groups * ci)).astype(np.float32)
+    w = rng.standard_normal((kh, kw, ci, groups * co)).astype(np.float32)
+    b = rng.standard_normal(groups * co).astype(np.float32)
+    stack = w.reshape(kh * kw * ci, groups, co).transpose(1, 0, 2)
+    bias = np.stack([ckernels.pad_bias(b[g * co:(g + 1) * co], co) for g in range(groups)])
+    xp = np.full(((oh - 1) * sh + kh, (ow - 1) * sw + kw, groups * ci), np.nan, np.float32)
+    y = np.full((1, oh, ow, groups * co), np.nan, np.float32)
+    G.conv_window_leti(x, xp, ckernels.pack(stack), y, bias, True, np.zeros((1, 1), np.float32), False, groups,
+                       kh, kw, sh, sw, pt, pl, 1, threads)
+    ref = np.concatenate([_conv_ref(x[..., g * ci:(g + 1) * ci], w[..., g * co:(g + 1) * co], b[g * co:(g + 1) * co],
+                                    stride, pads, out_hw, 1) for g in range(groups)], axis=-1)
+    assert rel_err(y, ref) < TOL

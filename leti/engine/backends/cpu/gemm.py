@@ -59,19 +59,31 @@ def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, groups, kh, kw,
     """``y = act(conv(x, W) + bias [+ res])`` for a window over few channels, or a grouped convolution
     (``ckernels.conv_window``): per image, the zero-padded copy ``xp`` (hp × wp × C scratch) is written by row
     blocks over the threads, then the output rows are split over them. ``bp``: per group the (kh·kw·C/groups)
-    × (n/groups) weights packed, stacked (one stack when ``groups`` is 1); no dilation."""
+    × (n/groups) weights packed, stacked (one stack when ``groups`` is 1); no dilation. A window that reads no
+    padding (a strided 1×1 shortcut, a ``valid`` window) reads ``x`` in place: ``xp`` may then be empty
+    (see :func:`window_reads_padding`)."""
     nb, h, wd, c = x.shape
-    hp, wp = xp.shape[0], xp.shape[1]
     oh, ow, n = y.shape[1], y.shape[2], y.shape[3]
+    hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
+    padded = window_reads_padding(h, wd, oh, ow, kh, kw, sh, sw, pt, pl)
     b_ptr = bias.ctypes.data if has_bias else 0
     for b in range(nb):
         x_ptr = x.ctypes.data + b * h * wd * c * 4
-        parts = max(1, min(threads, hp))
-        for i in prange(parts):
-            ckernels.pad_nhwc(x_ptr, h, wd, c, xp.ctypes.data, hp, wp, pt, pl, i * hp // parts, (i + 1) * hp // parts)
+        src, row = x_ptr, wd
+        if padded:
+            src, row = xp.ctypes.data, wp
+            parts = max(1, min(threads, hp))
+            for i in prange(parts):
+                ckernels.pad_nhwc(x_ptr, h, wd, c, src, hp, wp, pt, pl, i * hp // parts, (i + 1) * hp // parts)
         parts = max(1, min(threads, oh))
         y_ptr = y.ctypes.data + b * oh * ow * n * 4
         r_ptr = res.ctypes.data + b * oh * ow * n * 4 if has_res else 0
         for i in prange(parts):
-            ckernels.conv_window(xp.ctypes.data, wp, c // groups, groups, kh, kw, sh, sw, bp.ctypes.data, n // groups,
+            ckernels.conv_window(src, row, c // groups, groups, kh, kw, sh, sw, bp.ctypes.data, n // groups,
                                  y_ptr, ow, b_ptr, r_ptr, act, i * oh // parts, (i + 1) * oh // parts)
+
+
+@njit(cache=True)
+def window_reads_padding(h, wd, oh, ow, kh, kw, sh, sw, pt, pl):
+    """Whether the windows of an ``oh × ow`` output reach outside the ``h × wd`` input (placed at ``pt, pl``)."""
+    return pt > 0 or pl > 0 or (oh - 1) * sh + kh > h or (ow - 1) * sw + kw > wd

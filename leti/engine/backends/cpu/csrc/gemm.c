@@ -115,6 +115,35 @@ tile(int64_t rows, const int half, int64_t kc, const float *a, int64_t lda, cons
     }
 }
 
+/* A half-empty last panel (at most 8 columns) over 12 rows: twelve accumulators of one vector each, where
+ * micro's six-row tile keeps six and leaves the FMA pipes waiting on their latency (n = 24: 112 x 112 x 32 ->
+ * 24, RegNetX's first 1x1, 1.2x). Later k blocks add to what the earlier ones stored, as in micro. */
+#define ROWG(r) c##r = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + p), b0, c##r);
+#define STOREG(r)                                                                                   \
+    {                                                                                               \
+        float *yr = y + r * ldy;                                                                    \
+        if (!first) c##r = _mm256_add_ps(c##r, _mm256_maskload_ps(yr, m0));                         \
+        if (last) {                                                                                 \
+            if (res) c##r = _mm256_add_ps(c##r, _mm256_maskload_ps(res + r * ldy, m0));             \
+            c##r = finish(c##r, bias0, act);                                                        \
+        }                                                                                           \
+        _mm256_maskstore_ps(yr, m0, c##r);                                                          \
+    }
+static void micro_h12(int64_t kc, const float *restrict a, int64_t lda, const float *restrict b, float *restrict y,
+                      int64_t ldy, int64_t nr, int first, int last, const float *bias, const float *res, int64_t act) {
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+    __m256 c4 = _mm256_setzero_ps(), c5 = _mm256_setzero_ps(), c6 = _mm256_setzero_ps(), c7 = _mm256_setzero_ps();
+    __m256 c8 = _mm256_setzero_ps(), c9 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    for (int64_t p = 0; p < kc; ++p) {
+        __m256 b0 = _mm256_load_ps(b + p * NR);
+        ROWG(0) ROWG(1) ROWG(2) ROWG(3) ROWG(4) ROWG(5) ROWG(6) ROWG(7) ROWG(8) ROWG(9) ROWG(10) ROWG(11)
+    }
+    __m256 bias0 = last && bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    __m256i m0 = lane_mask(nr);
+    STOREG(0) STOREG(1) STOREG(2) STOREG(3) STOREG(4) STOREG(5) STOREG(6) STOREG(7) STOREG(8) STOREG(9)
+    STOREG(10) STOREG(11)
+}
+
 /* y = act(a . B + bias + res) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
  * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded), res: NULL or a residual laid out like y
  * (row stride ldy: a ResNet shortcut added in the same epilogue). */
@@ -126,10 +155,17 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
         int first = k0 == 0, last = k0 + kc >= k;
         for (int64_t q0 = 0; q0 < panels; q0 += PC) {
             int64_t q1 = q0 + PC < panels ? q0 + PC : panels;
+            /* a half-empty last panel in this chunk takes 12-row tiles first (the rest below, 6 rows at a time) */
+            int64_t qh = n - (q1 - 1) * NR <= 8 ? q1 - 1 : q1, mh = qh < q1 ? m / (2 * MR) * (2 * MR) : 0;
+            for (int64_t i = 0; i < mh; i += 2 * MR) {
+                int64_t off = (q1 - 1) * NR;
+                micro_h12(kc, a + i * lda + k0, lda, bp + (qh * k + k0) * NR, y + i * ldy + off, ldy, n - off, first,
+                          last, bias ? bias + off : 0, res ? res + i * ldy + off : 0, act);
+            }
             for (int64_t i = 0; i < m; i += MR) {
                 int64_t rows = m - i < MR ? m - i : MR;
                 const float *ai = a + i * lda + k0;
-                for (int64_t q = q0; q < q1; ++q) {
+                for (int64_t q = q0; q < (i < mh ? qh : q1); ++q) {
                     int64_t nr = n - q * NR < NR ? n - q * NR : NR;
                     const float *bq = bp + (q * k + k0) * NR;
                     float *yq = y + i * ldy + q * NR;
@@ -186,6 +222,53 @@ micro_window(const int mr, const int half, int64_t kh, int64_t nsub, int64_t seg
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
+/* The window for at most 8 output columns (a grouped convolution's group of 8: RegNet) over 7..12 pixels: one
+ * vector of columns, so twelve accumulators fit where micro_window's six-pixel tile keeps six. Six independent
+ * FMA chains cannot cover the FMA latency of two pipes (4 cycles x 2); twelve can, and the one weight load of a
+ * k step is shared by twice the pixels. */
+#define ROWH(r) \
+    if (mr > r) c##r = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + p), b0, c##r);
+#define STOREH(r)                                                                                   \
+    if (mr > r) {                                                                                   \
+        float *yr = y + r * ldy;                                                                    \
+        if (res) c##r = _mm256_add_ps(c##r, _mm256_maskload_ps(res + r * ldy, m0));                \
+        c##r = finish(c##r, bias0, act);                                                            \
+        if (nr == 8) _mm256_storeu_ps(yr, c##r);                                                    \
+        else _mm256_maskstore_ps(yr, m0, c##r);                                                     \
+    }
+static inline __attribute__((always_inline)) void
+micro_window_h12(const int mr, int64_t kh, int64_t nsub, int64_t seglen, int64_t row_stride, int64_t sub_stride,
+                 const float *restrict a0, int64_t lda, const float *restrict bpanel, float *restrict y, int64_t ldy,
+                 int64_t nr, const float *bias, const float *res, int64_t act) {
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+    __m256 c4 = _mm256_setzero_ps(), c5 = _mm256_setzero_ps(), c6 = _mm256_setzero_ps(), c7 = _mm256_setzero_ps();
+    __m256 c8 = _mm256_setzero_ps(), c9 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    const float *b = bpanel;
+    for (int64_t s = 0; s < kh; ++s) {
+        for (int64_t t = 0; t < nsub; ++t, b += seglen * NR) {
+            const float *a = a0 + s * row_stride + t * sub_stride;
+            if (seglen == 8) { /* RegNet's groups of 8 channels: the segment unrolled */
+                for (int64_t p = 0; p < 8; ++p) {
+                    __m256 b0 = _mm256_load_ps(b + p * NR);
+                    ROWH(0) ROWH(1) ROWH(2) ROWH(3) ROWH(4) ROWH(5) ROWH(6) ROWH(7) ROWH(8) ROWH(9) ROWH(10) ROWH(11)
+                }
+                continue;
+            }
+            for (int64_t p = 0; p < seglen; ++p) {
+                __m256 b0 = _mm256_load_ps(b + p * NR);
+                ROWH(0) ROWH(1) ROWH(2) ROWH(3) ROWH(4) ROWH(5) ROWH(6) ROWH(7) ROWH(8) ROWH(9) ROWH(10) ROWH(11)
+            }
+        }
+    }
+    __m256 bias0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    __m256i m0 = lane_mask(nr);
+    STOREH(0) STOREH(1) STOREH(2) STOREH(3) STOREH(4) STOREH(5) STOREH(6) STOREH(7) STOREH(8) STOREH(9)
+    STOREH(10) STOREH(11)
+}
+
+#define WINDOW12(mr) \
+    micro_window_h12(mr, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bp, yq, ldy, n, bias, rs, act)
+
 #define WINDOW(mr, half) \
     micro_window(mr, half, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, yq, ldy, nr, bs, rs, act)
 
@@ -201,7 +284,22 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
     int64_t nsub = cs == ci ? 1 : kw, seglen = cs == ci ? kw * ci : ci, sub_stride = cs;
     for (int64_t oy = r0; oy < r1; ++oy) {
         const float *xrow = xp + oy * sh * wp * cs;
-        for (int64_t i = 0; i < ow; i += MR) {
+        int64_t i = 0;
+        if (n <= 8) /* one vector of columns: tiles of 12 pixels while 7 or more are left */
+            for (; ow - i > MR; i += 2 * MR) {
+                int64_t rows = ow - i < 2 * MR ? ow - i : 2 * MR, off = (oy * ow + i) * ldy;
+                const float *ai = xrow + i * lda, *rs = res ? res + off : 0;
+                float *yq = y + off;
+                switch (rows) {
+                case 12: WINDOW12(12); break;
+                case 11: WINDOW12(11); break;
+                case 10: WINDOW12(10); break;
+                case 9: WINDOW12(9); break;
+                case 8: WINDOW12(8); break;
+                default: WINDOW12(7); break;
+                }
+            }
+        for (; i < ow; i += MR) {
             int64_t rows = ow - i < MR ? ow - i : MR;
             const float *ai = xrow + i * lda;
             for (int64_t q = 0; q < panels; ++q) {
