@@ -10,6 +10,8 @@ was; refit afterwards with ``leti kernels build ... --budget-minutes <the spent 
 
     PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \\
         --kernels-min-weights 512000 --networks
+    PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \\
+        --kernel-types grouped_conv2d --narrow-tail-max 72 --networks      (session 16: narrow panels, groups of 8)
 
 Items are re-split as they are timed (the kernel rows stored with a network are the current split's). Added
 kernels join the store's last round with origin ``added`` (the refit uses them like any other).
@@ -26,12 +28,26 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+def narrow_tail(k: dict, c_max: int) -> bool:
+    """A convolution kernel that session 16's engine runs differently: a last weight panel of at most 8 columns
+    over 12 or more rows takes 12-row tiles, a strided 1×1 window reads its input in place."""
+    if k["kernel_type"] not in ("conv2d", "grouped_conv2d"):
+        return False
+    n, rows = int(k["output_c"]), int(k["output_h"]) * int(k["output_w"])
+    return (n <= c_max and 1 <= n % 16 <= 8 and rows >= 12) or (int(k["kernel_h"]) == 1 and int(k["stride"]) > 1)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, required=True, help="a kernel build's kernels.sqlite (changed in place)")
     ap.add_argument("--device", default="engine")
     ap.add_argument("--kernels-min-weights", type=float, default=None,
                     help="re-time the single-kernel items with at least this many bytes of weights")
+    ap.add_argument("--kernel-types", default="", metavar="T1,T2",
+                    help="re-time every single-kernel item of these kernel types")
+    ap.add_argument("--narrow-tail-max", type=int, default=None, metavar="C",
+                    help="re-time the convolutions with at most C output channels whose last weight panel holds at "
+                         "most 8 columns (C mod 16 in 1..8), and the strided 1x1 convolutions")
     ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
     ap.add_argument("--add", action="append", default=[], metavar="TYPE=N",
                     help="draw N more kernels of TYPE with the build's sampler and measure them (repeatable)")
@@ -55,10 +71,14 @@ def main(argv=None) -> int:
         bench = KernelBench(dev, args.store.parent / ".work", KERNEL_PROTOCOL)
         bench.rules = FusionRules.from_dict(store.get("rules"))
         todo = []  # (kind, item row as a dict, its old ratio or None for an added kernel)
-        if args.kernels_min_weights is not None:
-            for r in store.measured("kernel").to_dict("records"):
-                if float(r["kernels"][0].get("bytes_weights", 0.0)) >= args.kernels_min_weights:
-                    todo.append(("kernel", r, r["ratio"]))
+        types = {t for t in args.kernel_types.split(",") if t}
+        for r in store.measured("kernel").to_dict("records"):
+            k = r["kernels"][0]
+            if ((args.kernels_min_weights is not None
+                 and float(k.get("bytes_weights", 0.0)) >= args.kernels_min_weights)
+                    or k["kernel_type"] in types
+                    or (args.narrow_tail_max is not None and narrow_tail(k, args.narrow_tail_max))):
+                todo.append(("kernel", r, r["ratio"]))
         if args.networks:
             todo += [("network", r, r["ratio"]) for r in store.measured("network").to_dict("records")]
         if args.add:
