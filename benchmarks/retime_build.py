@@ -1,6 +1,7 @@
 """Time part of a kernel build again after the runtime changed (issue 16): the items of a build store that the
 change can have moved, measured with the build's own protocol and stored in place of their old measurement; and
-``--add TYPE=N``: N more kernels of one type drawn by the build's sampler (a type the build left thin).
+``--add TYPE=N``: N more kernels of one type drawn by the build's sampler (a type the build left thin); and
+``--networks-total N``: more calibration networks, up to N in all.
 
 Why: a kernel build is ~45 minutes of measurement. When the engine changes in a way that moves only some kernels
 (session 15: the GEMM fetches the next panel of weights ahead, which speeds up products whose weights are not in
@@ -51,6 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
     ap.add_argument("--add", action="append", default=[], metavar="TYPE=N",
                     help="draw N more kernels of TYPE with the build's sampler and measure them (repeatable)")
+    ap.add_argument("--networks-total", type=int, default=None, metavar="N",
+                    help="plan and measure calibration networks up to N in all (the build's own seed draws them)")
     ap.add_argument("--seed", type=int, default=15, help="the sampler's seed for --add")
     args = ap.parse_args(argv)
 
@@ -92,12 +95,18 @@ def main(argv=None) -> int:
                 before = {r["id"] for r in store.pending("kernel")}
                 store.plan("kernel", _items(sampler.draw(t, int(n), rng), "added"), max(len(store.rounds()) - 1, 0))
                 todo += [("added", r, None) for r in store.pending("kernel") if r["id"] not in before]
+        if args.networks_total is not None:
+            from leti.predict.kernels.build import plan_networks
+
+            before = {r["id"] for r in store.pending("network")}
+            plan_networks(store, args.networks_total, int((store.get("identity") or {}).get("seed", 0)))
+            todo += [("added network", r, None) for r in store.pending("network") if r["id"] not in before]
         print(f"re-timing {len(todo)} items of {args.store}", flush=True)
         moved: dict[str, list[float]] = {}
         for i, (kind, r, old) in enumerate(todo):
             start = time.perf_counter()
             try:
-                timed = (bench.network(r["config"]["params"], stem=r["name"]) if kind == "network" else
+                timed = (bench.network(r["config"]["params"], stem=r["name"]) if kind.endswith("network") else
                          bench.kernel(KernelConfig.from_dict(r["config"]), seed=int(r["id"]), stem=r["name"]))
             except Exception as exc:  # noqa: BLE001 - one model that cannot be built or run is reported, not fatal
                 msg = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -113,7 +122,7 @@ def main(argv=None) -> int:
         bench.close()
     for kind, m in moved.items():
         q = np.percentile(m, [10, 50, 90])
-        what = "ratio to the reference" if kind == "added" else "new / old ratio"
+        what = "ratio to the reference" if kind.startswith("added") else "new / old ratio"
         print(f"{kind}: {len(m)} items, {what} 10 % {q[0]:.3f}, median {q[1]:.3f}, 90 % {q[2]:.3f}")
     print(f"{time.perf_counter() - t0:.0f} s; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
     return 0

@@ -138,6 +138,7 @@ def _dw_ref(x, w, b, stride, dil, pads, out_hw, act):
     (1, 9, 9, 3, (2, 1), (1, 1), (0, 1)),     # fewer channels than a vector, unequal strides and pads
     (1, 5, 5, 40, (1, 1), (1, 1), (0, 0)),    # valid padding: no border pixels
     (1, 2, 2, 16, (1, 1), (1, 1), (1, 1)),    # a map smaller than the window: every pixel a border pixel
+    (1, 4, 3, 1036, (2, 2), (1, 1), (1, 1)),  # more channels than the border's zero vector (1024), a masked tail
 ])
 def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride, dil, pads):
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
