@@ -37,7 +37,6 @@ from leti.engine.winograd import winograd_matrices
 EXECUTIONS = executions_of("cpu")
 _EMPTY = np.zeros(1, dtype=np.float32)
 _EMPTY2 = np.zeros((1, 1), dtype=np.float32)
-_NO_PADDING = np.zeros((0, 0, 0), np.float32)  # the padded copy of a window that reads no padding
 #: Largest tiled weight copy (10 floats per output column and channel) a 3×3 depthwise op may keep.
 TILED_BYTES_MAX = 8 << 20
 #: Most input channels for which a sliding window runs as LETI's implicit GEMM (no column matrix). Against
@@ -170,12 +169,10 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
     if ckernels.library() is not None and (dh, dw) == (1, 1) and ic <= WINDOW_MAX_IC:
         bp = ckernels.pack(w.reshape(kh * kw * ic, oc))
         bpad = ckernels.pad_bias(bias, oc) if has_bias else _EMPTY
-        hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
-        if not G.window_reads_padding(*ctx.in_shapes[0][1:3], oh, ow, kh, kw, sh, sw, pt, pl):
-            hp = wp = 0  # the window reads the input in place: no padded copy
+        hp, wp = G.padded_shape(ctx.in_shapes[0], oh, ow, kh, kw, sh, sw, pt, pl)
 
         def run_window(ins, outs, scratch):
-            xp = _NO_PADDING if not hp else scratch[0].view(np.float32).reshape(hp, wp, ic)
+            xp = G.padded_view(scratch, hp, wp, ic)
             r = residual(ins)
             G.conv_window_leti(ins[0], xp, bp, outs[0], bpad, has_bias, _EMPTY2 if r is None else r, res, 1,
                                kh, kw, sh, sw, pt, pl, act, numba.get_num_threads())

@@ -25,7 +25,6 @@ from leti.engine.schedule import ScheduleOptions
 
 EXECUTIONS = executions_of("cpu")
 _NO_RESIDUAL = np.zeros((1, 1), np.float32)
-_NO_PADDING = np.zeros((0, 0, 0), np.float32)  # the padded copy of a window that reads no padding
 
 
 def _unary(body):
@@ -215,13 +214,11 @@ def _grouped_window(ctx: OpContext, w, bias, g: int, ci: int, co: int) -> Execut
             else np.zeros(1, np.float32))
     act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
     pt, pl = pads[0], pads[2]
-    hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
+    hp, wp = G.padded_shape(ctx.in_shapes[0], oh, ow, kh, kw, sh, sw, pt, pl)
     c = g * ci
-    if not G.window_reads_padding(*ctx.in_shapes[0][1:3], oh, ow, kh, kw, sh, sw, pt, pl):
-        hp = wp = 0
 
     def run(ins, outs, scratch):
-        xp = _NO_PADDING if not hp else scratch[0].view(np.float32).reshape(hp, wp, c)
+        xp = G.padded_view(scratch, hp, wp, c)
         G.conv_window_leti(ins[0], xp, bp, outs[0], bpad, has_bias, _NO_RESIDUAL, False, g, kh, kw, sh, sw, pt, pl, act,
                            numba.get_num_threads())
 

@@ -3,6 +3,7 @@ numba's threads, and the α² Winograd products."""
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, prange
 
 from leti.engine.backends.cpu import ckernels
@@ -87,3 +88,20 @@ def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, groups, kh, kw,
 def window_reads_padding(h, wd, oh, ow, kh, kw, sh, sw, pt, pl):
     """Whether the windows of an ``oh × ow`` output reach outside the ``h × wd`` input (placed at ``pt, pl``)."""
     return pt > 0 or pl > 0 or (oh - 1) * sh + kh > h or (ow - 1) * sw + kw > wd
+
+
+#: the padded copy passed for a window that reads its input in place
+NO_PADDING = np.zeros((0, 0, 0), np.float32)
+
+
+def padded_shape(in_shape, oh, ow, kh, kw, sh, sw, pt, pl) -> tuple[int, int]:
+    """``(hp, wp)`` of the zero-padded copy :func:`conv_window_leti` reads for an input of ``in_shape`` (NHWC), or
+    ``(0, 0)`` where the window reads no padding and so reads the input in place (no scratch to plan)."""
+    if not window_reads_padding(in_shape[1], in_shape[2], oh, ow, kh, kw, sh, sw, pt, pl):
+        return 0, 0
+    return (oh - 1) * sh + kh, (ow - 1) * sw + kw
+
+
+def padded_view(scratch, hp: int, wp: int, c: int) -> np.ndarray:
+    """The padded copy's view of an execution's scratch (:data:`NO_PADDING` when ``hp`` is 0)."""
+    return NO_PADDING if not hp else scratch[0].view(np.float32).reshape(hp, wp, c)

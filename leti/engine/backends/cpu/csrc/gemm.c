@@ -115,33 +115,39 @@ tile(int64_t rows, const int half, int64_t kc, const float *a, int64_t lda, cons
     }
 }
 
-/* A half-empty last panel (at most 8 columns) over 12 rows: twelve accumulators of one vector each, where
- * micro's six-row tile keeps six and leaves the FMA pipes waiting on their latency (n = 24: 112 x 112 x 32 ->
- * 24, RegNetX's first 1x1, 1.2x). Later k blocks add to what the earlier ones stored, as in micro. */
-#define ROWG(r) c##r = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + p), b0, c##r);
-#define STOREG(r)                                                                                   \
-    {                                                                                               \
+/* rows/pixels r of a 12-high tile of one vector of columns (mr of them live; mr a compile-time constant), shared by
+ * micro_h12 and micro_window_h12; a window has one k block (first = last = 1) */
+#define ROWH(r) \
+    if (mr > r) c##r = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + p), b0, c##r);
+#define STOREH(r)                                                                                   \
+    if (mr > r) {                                                                                   \
         float *yr = y + r * ldy;                                                                    \
         if (!first) c##r = _mm256_add_ps(c##r, _mm256_maskload_ps(yr, m0));                         \
         if (last) {                                                                                 \
             if (res) c##r = _mm256_add_ps(c##r, _mm256_maskload_ps(res + r * ldy, m0));             \
             c##r = finish(c##r, bias0, act);                                                        \
         }                                                                                           \
-        _mm256_maskstore_ps(yr, m0, c##r);                                                          \
+        if (nr == 8) _mm256_storeu_ps(yr, c##r);                                                    \
+        else _mm256_maskstore_ps(yr, m0, c##r);                                                     \
     }
+
+/* A half-empty last panel (at most 8 columns) over 12 rows: twelve accumulators of one vector each, where
+ * micro's six-row tile keeps six and leaves the FMA pipes waiting on their latency (n = 24: 112 x 112 x 32 ->
+ * 24, RegNetX's first 1x1, 1.2x). Later k blocks add to what the earlier ones stored, as in micro. */
 static void micro_h12(int64_t kc, const float *restrict a, int64_t lda, const float *restrict b, float *restrict y,
                       int64_t ldy, int64_t nr, int first, int last, const float *bias, const float *res, int64_t act) {
+    const int mr = 12;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
     __m256 c4 = _mm256_setzero_ps(), c5 = _mm256_setzero_ps(), c6 = _mm256_setzero_ps(), c7 = _mm256_setzero_ps();
     __m256 c8 = _mm256_setzero_ps(), c9 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     for (int64_t p = 0; p < kc; ++p) {
         __m256 b0 = _mm256_load_ps(b + p * NR);
-        ROWG(0) ROWG(1) ROWG(2) ROWG(3) ROWG(4) ROWG(5) ROWG(6) ROWG(7) ROWG(8) ROWG(9) ROWG(10) ROWG(11)
+        ROWH(0) ROWH(1) ROWH(2) ROWH(3) ROWH(4) ROWH(5) ROWH(6) ROWH(7) ROWH(8) ROWH(9) ROWH(10) ROWH(11)
     }
     __m256 bias0 = last && bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
     __m256i m0 = lane_mask(nr);
-    STOREG(0) STOREG(1) STOREG(2) STOREG(3) STOREG(4) STOREG(5) STOREG(6) STOREG(7) STOREG(8) STOREG(9)
-    STOREG(10) STOREG(11)
+    STOREH(0) STOREH(1) STOREH(2) STOREH(3) STOREH(4) STOREH(5) STOREH(6) STOREH(7) STOREH(8) STOREH(9)
+    STOREH(10) STOREH(11)
 }
 
 /* y = act(a . B + bias + res) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
@@ -226,20 +232,11 @@ micro_window(const int mr, const int half, int64_t kh, int64_t nsub, int64_t seg
  * vector of columns, so twelve accumulators fit where micro_window's six-pixel tile keeps six. Six independent
  * FMA chains cannot cover the FMA latency of two pipes (4 cycles x 2); twelve can, and the one weight load of a
  * k step is shared by twice the pixels. */
-#define ROWH(r) \
-    if (mr > r) c##r = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + p), b0, c##r);
-#define STOREH(r)                                                                                   \
-    if (mr > r) {                                                                                   \
-        float *yr = y + r * ldy;                                                                    \
-        if (res) c##r = _mm256_add_ps(c##r, _mm256_maskload_ps(res + r * ldy, m0));                \
-        c##r = finish(c##r, bias0, act);                                                            \
-        if (nr == 8) _mm256_storeu_ps(yr, c##r);                                                    \
-        else _mm256_maskstore_ps(yr, m0, c##r);                                                     \
-    }
 static inline __attribute__((always_inline)) void
 micro_window_h12(const int mr, int64_t kh, int64_t nsub, int64_t seglen, int64_t row_stride, int64_t sub_stride,
                  const float *restrict a0, int64_t lda, const float *restrict bpanel, float *restrict y, int64_t ldy,
                  int64_t nr, const float *bias, const float *res, int64_t act) {
+    const int first = 1, last = 1;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
     __m256 c4 = _mm256_setzero_ps(), c5 = _mm256_setzero_ps(), c6 = _mm256_setzero_ps(), c7 = _mm256_setzero_ps();
     __m256 c8 = _mm256_setzero_ps(), c9 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
