@@ -139,6 +139,9 @@ def _dw_ref(x, w, b, stride, dil, pads, out_hw, act):
     (1, 5, 5, 40, (1, 1), (1, 1), (0, 0)),    # valid padding: no border pixels
     (1, 2, 2, 16, (1, 1), (1, 1), (1, 1)),    # a map smaller than the window: every pixel a border pixel
     (1, 4, 3, 1036, (2, 2), (1, 1), (1, 1)),  # more channels than the border's zero vector (1024), a masked tail
+    (1, 6, 23, 16, (1, 1), (1, 1), (1, 1)),   # stride 1: strips of four interior pixels and a remainder of one
+    (1, 7, 20, 24, (2, 2), (1, 1), (1, 1)),   # stride 2 on an even width: no right border column
+    (1, 5, 1, 8, (1, 1), (1, 1), (1, 1)),     # one column: windows clipped on both sides (the tap-by-tap path)
 ])
 def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride, dil, pads):
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
