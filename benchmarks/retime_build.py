@@ -13,6 +13,8 @@ was; refit afterwards with ``leti kernels build ... --budget-minutes <the spent 
         --kernels-min-weights 512000 --networks
     PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \\
         --kernel-types grouped_conv2d --narrow-tail-max 72 --networks      (session 16: narrow panels, groups of 8)
+    PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \\
+        --winograd-multipass --networks                                    (session 16: Winograd in tile blocks)
 
 Items are re-split as they are timed (the kernel rows stored with a network are the current split's). Added
 kernels join the store's last round with origin ``added`` (the refit uses them like any other).
@@ -38,6 +40,21 @@ def narrow_tail(k: dict, c_max: int) -> bool:
     return (n <= c_max and 1 <= n % 16 <= 8 and rows >= 12) or (int(k["kernel_h"]) == 1 and int(k["stride"]) > 1)
 
 
+def winograd_multipass(k: dict) -> bool:
+    """A convolution that session 16's blocked Winograd runs in more than one pass at some tile size (F(2×2) to
+    F(4×4)); a superset of the kernels the change touches, since the scheme and tile are chosen at run time."""
+    from leti.engine.backends.cpu.conv import winograd_block
+
+    if k["kernel_type"] != "conv2d" or int(k["stride"]) != 1 or int(k["kernel_h"]) not in (3, 5, 7):
+        return False
+    oh, ow, ic, oc, kh = (int(k[c]) for c in ("output_h", "output_w", "input_c", "output_c", "kernel_h"))
+    for n in (2, 3, 4):
+        tiles = -(-oh // n) * -(-ow // n)
+        if winograd_block(tiles, n + kh - 1, ic, oc) < tiles:
+            return True
+    return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, required=True, help="a kernel build's kernels.sqlite (changed in place)")
@@ -49,6 +66,9 @@ def main(argv=None) -> int:
     ap.add_argument("--narrow-tail-max", type=int, default=None, metavar="C",
                     help="re-time the convolutions with at most C output channels whose last weight panel holds at "
                          "most 8 columns (C mod 16 in 1..8), and the strided 1x1 convolutions")
+    ap.add_argument("--winograd-multipass", action="store_true",
+                    help="re-time the stride-1 square-window convolutions whose Winograd tiles take more than one "
+                         "pass under the engine's tile blocks (leti.engine.backends.cpu.conv.winograd_block)")
     ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
     ap.add_argument("--add", action="append", default=[], metavar="TYPE=N",
                     help="draw N more kernels of TYPE with the build's sampler and measure them (repeatable)")
@@ -80,7 +100,8 @@ def main(argv=None) -> int:
             if ((args.kernels_min_weights is not None
                  and float(k.get("bytes_weights", 0.0)) >= args.kernels_min_weights)
                     or k["kernel_type"] in types
-                    or (args.narrow_tail_max is not None and narrow_tail(k, args.narrow_tail_max))):
+                    or (args.narrow_tail_max is not None and narrow_tail(k, args.narrow_tail_max))
+                    or (args.winograd_multipass and winograd_multipass(k))):
                 todo.append(("kernel", r, r["ratio"]))
         if args.networks:
             todo += [("network", r, r["ratio"]) for r in store.measured("network").to_dict("records")]

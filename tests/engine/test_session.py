@@ -63,6 +63,35 @@ def test_every_winograd_tile_matches_reference(rng, n):
     assert s.steps[0].scheme.params["n"] >= 2
 
 
+@pytest.mark.parametrize("residual", [False, True])
+def test_winograd_in_blocks_of_tiles_matches_reference(rng, monkeypatch, residual):
+    """Two images of 13×11 pixels at F(2×2): 84 tiles, run as 3 passes of 28 tiles (the last image's tiles split
+    across passes), and the scratch planned for one block only."""
+    from leti.engine.backends.cpu import conv
+
+    monkeypatch.setattr(conv, "WINOGRAD_BLOCK_MIN", 8)
+    monkeypatch.setattr(conv, "WINOGRAD_BLOCK_BYTES", 30 * 16 * (16 + 24) * 4)  # α² = 16: 30 tiles fit
+    assert conv.winograd_block(84, 4, 16, 24) == 28
+    w = rng.standard_normal((3, 3, 16, 24)).astype(np.float32) * 0.2
+    b = rng.standard_normal(24).astype(np.float32)
+    g = _single("conv2d", (2, 13, 11, 16), [w, b], padding="same", activation="relu")
+    if residual:  # a shortcut added after the convolution: applied once, after every pass
+        g.add_tensor("r", (2, 13, 11, 24))
+        g.inputs.append("r")
+        g.add_tensor("z", (2, 13, 11, 24))
+        g.add_node("add", ["y", "r"], ["z"])
+        g.outputs = ["z"]
+        feeds = {"x": rng.standard_normal((2, 13, 11, 16)).astype(np.float32),
+                 "r": rng.standard_normal((2, 13, 11, 24)).astype(np.float32)}
+        s = Session(g, backends=("cpu",), conv_scheme="winograd", winograd_max_tile=2).resize()
+        assert rel_err(s.run(feeds)["z"], run_reference(g, feeds)["z"]) < TOL
+    else:
+        s = _check(g, rng, conv_scheme="winograd", winograd_max_tile=2)
+    step = next(st for st in s.steps if st.op == "conv2d")
+    assert step.scheme.name == "winograd" and step.scheme.params["n"] == 2
+    assert sum(v.nbytes for v in step.scratch_views) == 28 * 16 * (16 + 24) * 4
+
+
 def test_other_ops_on_cpu(rng):
     _check(_single("depthwise_conv2d", (1, 9, 9, 6), [rng.standard_normal((3, 3, 12)).astype(np.float32)],
                    multiplier=2, strides=[2, 2], padding="same", activation="relu"), rng)

@@ -47,6 +47,26 @@ TILED_BYTES_MAX = 8 << 20
 WINDOW_MAX_IC = 128
 
 
+#: Most bytes the transformed tiles of one Winograd pass (V and M together) may take. The whole map's tiles at once
+#: took 21 MB on a 96×96×128 → 128 convolution, more than TFLite's whole session; in blocks of tiles the products
+#: stay as large as a 64×64 map's (see :func:`winograd_block`).
+WINOGRAD_BLOCK_BYTES = 4 << 20
+#: fewest tiles a block holds (the α² products' rows): a 32×32 map's 64 F(4×4) tiles, so NB101 networks and
+#: smaller maps run in one pass as before
+WINOGRAD_BLOCK_MIN = 64
+
+
+def winograd_block(tiles: int, alpha: int, ic: int, oc: int) -> int:
+    """Tiles per Winograd pass: all of them when they fit :data:`WINOGRAD_BLOCK_BYTES`, else equal blocks of at least
+    :data:`WINOGRAD_BLOCK_MIN` tiles that do."""
+    per_tile = alpha * alpha * (ic + oc) * 4
+    fit = max(WINOGRAD_BLOCK_MIN, WINOGRAD_BLOCK_BYTES // per_tile)
+    if tiles <= fit:
+        return tiles
+    passes = -(-tiles // fit)
+    return -(-tiles // passes)
+
+
 def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
     """``f(a, y, r=None)``: ``y = act(a @ w2 + bias [+ r])`` over numba's threads through the GEMM in use
     (:func:`blas.name`), with the weights ``w2`` (k × n) stored once as that GEMM reads them fastest:
@@ -148,16 +168,19 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         at32, bt32 = WT.winograd_transforms(at, bt)
         th, tw = -(-oh // n), -(-ow // n)
         tiles = x_shape[0] * th * tw
-        v_bytes, m_bytes = alpha * alpha * tiles * ic * 4, alpha * alpha * tiles * oc * 4
+        block = winograd_block(tiles, alpha, ic, oc)
+        v_bytes, m_bytes = alpha * alpha * block * ic * 4, alpha * alpha * block * oc * 4
         pt, pl = pads[0], pads[2]
 
         def run_winograd(ins, outs, scratch):
-            v = scratch[0].view(np.float32).reshape(alpha * alpha, tiles, ic)
-            m = scratch[1].view(np.float32).reshape(alpha * alpha, tiles, oc)
             threads = numba.get_num_threads()
-            WT.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads)
-            products(v, m)
-            WT.winograd_output(m, at32, outs[0], bias, has_bias, post_act, th, tw, threads)
+            for r0 in range(0, tiles, block):  # one pass when the tiles fit a block
+                cnt = min(block, tiles - r0)
+                v = scratch[0][:alpha * alpha * cnt * ic * 4].view(np.float32).reshape(alpha * alpha, cnt, ic)
+                m = scratch[1][:alpha * alpha * cnt * oc * 4].view(np.float32).reshape(alpha * alpha, cnt, oc)
+                WT.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads, r0)
+                products(v, m)
+                WT.winograd_output(m, at32, outs[0], bias, has_bias, post_act, th, tw, threads, r0)
             if res:
                 K.residual_act(outs[0].reshape(rows, oc), residual(ins), act)
 

@@ -80,26 +80,26 @@ def winograd_transforms(at: np.ndarray, bt: np.ndarray) -> tuple[np.ndarray, np.
 
 
 @njit(parallel=True, cache=True, fastmath=True)
-def winograd_input(x, bt, v, n_out, pt, pl, th, tw, threads):
+def winograd_input(x, bt, v, n_out, pt, pl, th, tw, threads, r0=0):
     """Tiles of ``x[b]`` (α×α, stride n_out, zero padded) transformed to ``v[a·α + b, t, c] = (Bᵀ X B)[a, b]``,
     ``bt`` = Bᵀ from :func:`winograd_transforms` (α rows; 4 or 6 columns, zero-padded, for α ≤ 6).
 
     Tiles are split into a few chunks per thread (``threads``: numba's current count); each chunk reuses two
     buffers of w×w×C (w = 4 or 6, the rows and columns past α zero) and every inner loop runs over contiguous
     channels (vectorised), each output element a sum of w products written once. Larger α (forced tiles past
-    F(4×4)) take a generic loop."""
+    F(4×4)) take a generic loop. ``v`` holds a block of tiles: its row ``r`` is tile ``r0 + r`` of the batch."""
     nb, h, w, c = x.shape
     alpha = bt.shape[0]
     wdt = bt.shape[1]
     tiles = th * tw
-    total = nb * tiles
+    total = min(v.shape[1], nb * tiles - r0)
     nchunks = max(1, min(total, 4 * threads))
     for ch in prange(nchunks):
         d = np.zeros((wdt, wdt, c), dtype=np.float32)
         tmp = np.zeros((wdt, wdt, c), dtype=np.float32)
         for row in range(ch * total // nchunks, (ch + 1) * total // nchunks):
-            b = row // tiles
-            t = row % tiles
+            b = (r0 + row) // tiles
+            t = (r0 + row) % tiles
             y0 = (t // tw) * n_out - pt
             x0 = (t % tw) * n_out - pl
             for i in range(alpha):
@@ -149,14 +149,15 @@ def winograd_input(x, bt, v, n_out, pt, pl, th, tw, threads):
 
 
 @njit(parallel=True, cache=True, fastmath=True)
-def winograd_output(m, at, y, bias, has_bias, act, th, tw, threads):
+def winograd_output(m, at, y, bias, has_bias, act, th, tw, threads, r0=0):
     """``y[b, ty·n + i, tx·n + j, :] = act((Aᵀ M A)[i, j] + bias)``, cropped to y's size; ``at`` = Aᵀ from
-    :func:`winograd_transforms` (n rows; 4 or 6 columns, zero-padded, for α ≤ 6)."""
+    :func:`winograd_transforms` (n rows; 4 or 6 columns, zero-padded, for α ≤ 6). ``m`` holds a block of tiles: its row
+    ``r`` is tile ``r0 + r`` of the batch."""
     nb, oh, ow, oc = y.shape
     n_out, wdt = at.shape
     alpha = int(np.sqrt(m.shape[0]) + 0.5)
     tiles = th * tw
-    total = nb * tiles
+    total = min(m.shape[1], nb * tiles - r0)
     nchunks = max(1, min(total, 4 * threads))
     for ch in prange(nchunks):
         zero = np.zeros(oc, dtype=np.float32)  # M's row past α (F(3×3): α = 5 of 6 terms)
@@ -164,8 +165,8 @@ def winograd_output(m, at, y, bias, has_bias, act, th, tw, threads):
         tmp = np.zeros((n_out, wdt, oc), dtype=np.float32)
         acc = np.empty(oc, dtype=np.float32)
         for row in range(ch * total // nchunks, (ch + 1) * total // nchunks):
-            b = row // tiles
-            t = row % tiles
+            b = (r0 + row) // tiles
+            t = (r0 + row) % tiles
             y0 = (t // tw) * n_out
             x0 = (t % tw) * n_out
             if wdt == 6:
