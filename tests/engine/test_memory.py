@@ -1,6 +1,9 @@
 import itertools
+import os
+import sys
 
 import numpy as np
+import pytest
 
 from leti.engine.memory import Step, plan_memory
 
@@ -77,3 +80,33 @@ def test_graph_inputs_are_never_overwritten():
     steps = [Step("a", ["x"], ["y"], inplace={"y": ("x",)})]
     plan = plan_memory(steps, {"x": 64, "y": 64}, ["x"], ["y"])
     assert plan.inplace == {} and plan.offsets["x"] != plan.offsets["y"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
+def test_freed_heap_pages_go_back_to_the_system():
+    """Blocks freed below a live one stay in the process until trimmed; the trim returns their pages."""
+    import ctypes
+
+    from leti.engine.memory import return_freed_heap
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+
+    def rss_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    return_freed_heap()
+    blocks = [libc.malloc(64 << 10) for _ in range(1024)]  # 64 MiB in heap-sized blocks (under the mmap threshold)
+    for b in blocks:
+        libc.memset(b, 1, 64 << 10)
+    pin = libc.malloc(64 << 10)  # a live block above them: the heap's top cannot shrink past it
+    for b in blocks:
+        libc.free(b)
+    before = rss_mib()
+    assert return_freed_heap() is True
+    after = rss_mib()
+    libc.free(pin)
+    assert before - after > 32, (before, after)
