@@ -23,6 +23,7 @@ placement of these buffers can beat.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 ALIGN = 64
 
@@ -132,6 +133,18 @@ def plan_memory(steps: list[Step], sizes: dict[str, int], inputs: list[str], out
         num_buffers=len(members))
 
 
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
 def return_freed_heap() -> bool:
     """Give the C heap's free pages back to the operating system (glibc's ``malloc_trim``); False where there is none.
 
@@ -141,19 +154,8 @@ def return_freed_heap() -> bool:
     of MobileNet v1 grew the process by 49 MiB without a trim and by 38 MiB with one (TFLite's interpreter: 39 MiB;
     ``benchmarks/bench_engine_memory.py``). A trim walks the heap once (about a millisecond) and frees nothing in use.
     """
-    global _trim
-    if _trim is None:
-        import ctypes
-        import ctypes.util
-
-        try:
-            _trim = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), "malloc_trim")
-        except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
-            _trim = False
-    if _trim is False:
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    _trim(0)
+    trim(0)
     return True
-
-
-_trim = None

@@ -6,10 +6,10 @@
  * fewer at the top and bottom) and a run's columns select one of nine unrolled cases (dw_run), so border
  * pixels run the same register code as interior ones with the outside taps left out: before, they took a
  * tap-by-tap loop that cost 10-35 % of a padded layer (14x14x576: 0.0545 -> 0.0479 ms alone; 7x7x960
- * 0.0332 -> 0.0270). Runs over all three columns at dilation 1 and stride 1 or 2 go in strips of four
- * pixels (dw_strip): each window row's input vectors are loaded once for the four pixels and each tap's
- * weights once (36 loads per 36 FMAs); at stride 1 that was another 5-10 % (28x28x192 0.0525 -> 0.0454 ms).
- * Other runs keep the nine taps of a channel block in registers over chunks of XC columns (dw_segment).
+ * 0.0332 -> 0.0270). Runs over all three columns at dilation 1 and stride 1 go in strips of four pixels
+ * (dw_strip): each window row's input vectors are loaded once for the four pixels and each tap's weights
+ * once (36 loads per 36 FMAs), another 5-10 % (28x28x192 0.0525 -> 0.0454 ms); at stride 2 strips were
+ * 8-14 % slower. Other runs (and a run's last columns short of a strip) keep the nine taps of a channel block in registers over chunks of XC columns (dw_segment).
  * Going over whole rows per channel block instead strode through memory by the channel count: with 512
  * channels (a 2 KiB stride) every access fell into two L1 sets, and a 14x14x512 layer ran at 8 GFLOP/s;
  * chunks of a few columns keep their inputs in L1 while every channel block passes over them. A channel
@@ -41,25 +41,29 @@ static inline __attribute__((always_inline)) __m256 dw_taps(const float *x0, con
     return _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), acc[2]);
 }
 
-/* P adjacent output pixels of one channel block whose windows keep rows I0..I1-1 and all three columns, at
- * column stride S (dilation 1): each window row's (P-1)*S+3 input vectors are loaded once and shared by the
- * pixels whose windows overlap, each tap's weights once for all P (27 + 9 loads for 36 FMAs at P = 4, S = 1,
- * against 46 when the taps stay in registers and every pixel loads its own nine inputs). x0..x2: the first
- * pixel's window rows at its first column; c: the pixel step; wt: the block's first tap. */
+/* One window row of a strip of four adjacent output pixels (stride 1, dilation 1) of one channel block: the row's six
+ * input vectors are loaded once and shared by the pixels whose windows overlap, each of its three taps' weights once
+ * for all four. row: the first pixel's window row at its first column; c: the pixel step; wrow: the row's first tap. */
+static inline __attribute__((always_inline)) void dw_strip_row(const float *row, int64_t c, const float *wrow,
+                                                               __m256 acc[4]) {
+    __m256 in[6];
+    for (int q = 0; q < 6; ++q) in[q] = _mm256_loadu_ps(row + q * c);
+    for (int j = 0; j < 3; ++j) {
+        __m256 wv = _mm256_loadu_ps(wrow + j * c);
+        for (int p = 0; p < 4; ++p) acc[p] = _mm256_fmadd_ps(in[p + j], wv, acc[p]);
+    }
+}
+
+/* Four adjacent output pixels of one channel block whose windows keep rows I0..I1-1 and all three columns (stride 1,
+ * dilation 1): 27 + 9 loads for 36 FMAs, against 46 when the taps stay in registers and every pixel loads its own
+ * nine inputs. x0..x2: the first pixel's window rows at its first column; wt: the block's first tap. */
 static inline __attribute__((always_inline)) void dw_strip(float *out, const float *x0, const float *x1,
                                                            const float *x2, int64_t c, const float *wt, __m256 b,
-                                                           int64_t act, int P, int S, int I0, int I1) {
+                                                           int64_t act, int I0, int I1) {
     const float *r[3] = {x0, x1, x2};
-    __m256 acc[4] = {b, b, b, b};  /* P <= 4 */
-    for (int i = I0; i < I1; ++i) {
-        __m256 in[9];
-        for (int q = 0; q < (P - 1) * S + 3; ++q) in[q] = _mm256_loadu_ps(r[i] + q * c);
-        for (int j = 0; j < 3; ++j) {
-            __m256 wv = _mm256_loadu_ps(wt + (i * 3 + j) * c);
-            for (int p = 0; p < P; ++p) acc[p] = _mm256_fmadd_ps(in[p * S + j], wv, acc[p]);
-        }
-    }
-    for (int p = 0; p < P; ++p) _mm256_storeu_ps(out + p * c, activate(acc[p], act));
+    __m256 acc[4] = {b, b, b, b};
+    for (int i = I0; i < I1; ++i) dw_strip_row(r[i], c, wt + i * 3 * c, acc);
+    for (int p = 0; p < 4; ++p) _mm256_storeu_ps(out + p * c, activate(acc[p], act));
 }
 
 /* dw_strip over two adjacent channel blocks (16 channels: one 64-byte line of each pixel), row by row: a window row's
@@ -74,17 +78,8 @@ static inline __attribute__((always_inline)) void dw_strip2(float *out, const fl
     const float *r[3] = {x0, x1, x2};
     __m256 acc0[4] = {b0, b0, b0, b0}, acc1[4] = {b1, b1, b1, b1};
     for (int i = I0; i < I1; ++i) {
-        __m256 in[6];
-        for (int q = 0; q < 6; ++q) in[q] = _mm256_loadu_ps(r[i] + q * c);
-        for (int j = 0; j < 3; ++j) {
-            __m256 wv = _mm256_loadu_ps(wt + (i * 3 + j) * c);
-            for (int p = 0; p < 4; ++p) acc0[p] = _mm256_fmadd_ps(in[p + j], wv, acc0[p]);
-        }
-        for (int q = 0; q < 6; ++q) in[q] = _mm256_loadu_ps(r[i] + q * c + 8);
-        for (int j = 0; j < 3; ++j) {
-            __m256 wv = _mm256_loadu_ps(wt + (i * 3 + j) * c + 8);
-            for (int p = 0; p < 4; ++p) acc1[p] = _mm256_fmadd_ps(in[p + j], wv, acc1[p]);
-        }
+        dw_strip_row(r[i], c, wt + i * 3 * c, acc0);
+        dw_strip_row(r[i] + 8, c, wt + i * 3 * c + 8, acc1);
     }
     for (int p = 0; p < 4; ++p) {
         _mm256_storeu_ps(out + p * c, activate(acc0[p], act));
@@ -92,27 +87,27 @@ static inline __attribute__((always_inline)) void dw_strip2(float *out, const fl
     }
 }
 
-/* output columns from xa whose windows keep rows I0..I1-1 and all three columns, at column stride S: strips of four
- * pixels while four remain before xb; returns the first column not done (the rest go through dw_segment's
- * per-pixel path, faster than strips of one). Chunks of four columns outer so that a chunk's inputs stay in L1
- * while every channel block passes over them. */
+/* output columns from xa whose windows keep rows I0..I1-1 and all three columns (stride 1): strips of four pixels
+ * while four remain before xb; returns the first column not done (the rest go through dw_segment's per-pixel path,
+ * faster than strips of one). Chunks of four columns outer so that a chunk's inputs stay in L1 while every channel
+ * block passes over them. */
 static inline __attribute__((always_inline)) int64_t dw_strips(float *yr, const float *const r[3], const float *w,
                                                                const float *bias, int64_t c, int64_t cfull,
                                                                int64_t xa, int64_t xb, int64_t pl, int64_t act,
-                                                               int S, int I0, int I1) {
+                                                               int I0, int I1) {
     const float *x0 = r[0], *x1 = r[1], *x2 = r[2];
     int64_t xs = xa;
     for (; xs + 4 <= xb; xs += 4) {
-        int64_t s = (xs * S - pl) * c;
+        int64_t s = (xs - pl) * c;
         int64_t cb = 0;
-        for (; S == 1 && c % 512 == 0 && cb + 16 <= cfull; cb += 16) {  /* pixels a multiple of 2 KiB apart */
+        for (; c % 512 == 0 && cb + 16 <= cfull; cb += 16) {  /* pixels a multiple of 2 KiB apart */
             __m256 b0 = bias ? _mm256_loadu_ps(bias + cb) : _mm256_setzero_ps();
             __m256 b1 = bias ? _mm256_loadu_ps(bias + cb + 8) : _mm256_setzero_ps();
             dw_strip2(yr + xs * c + cb, x0 + s + cb, x1 + s + cb, x2 + s + cb, c, w + cb, b0, b1, act, I0, I1);
         }
         for (; cb < cfull; cb += 8) {
             __m256 b = bias ? _mm256_loadu_ps(bias + cb) : _mm256_setzero_ps();
-            dw_strip(yr + xs * c + cb, x0 + s + cb, x1 + s + cb, x2 + s + cb, c, w + cb, b, act, 4, S, I0, I1);
+            dw_strip(yr + xs * c + cb, x0 + s + cb, x1 + s + cb, x2 + s + cb, c, w + cb, b, act, I0, I1);
         }
     }
     return xs;
@@ -126,7 +121,7 @@ static inline __attribute__((always_inline)) void dw_segment(float *yr, const fl
                                                              int64_t xa, int64_t xb, int64_t sw, int64_t pl,
                                                              int64_t d, int64_t act, int I0, int I1, int J0,
                                                              int J1) {
-    if (J0 == 0 && J1 == 3 && d == c && sw == 1) xa = dw_strips(yr, r, w, bias, c, cfull, xa, xb, pl, act, 1, I0, I1);
+    if (J0 == 0 && J1 == 3 && d == c && sw == 1) xa = dw_strips(yr, r, w, bias, c, cfull, xa, xb, pl, act, I0, I1);
     const float *x0 = r[0], *x1 = r[1], *x2 = r[2];
     for (int64_t xs = xa; xs < xb; xs += XC) {
         int64_t xe = xs + XC < xb ? xs + XC : xb;
