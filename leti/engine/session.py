@@ -238,6 +238,14 @@ class Session:
         self.captured = 0
         while i < len(steps):
             st = steps[i]
+            j = i
+            while j < len(steps) and self._native(steps[j], st.backend):
+                j += 1
+            fn = st.backend.native_program(steps[i:j]) if j > i else None
+            if fn is not None:  # a run of C-kernel steps: one native program (CPU)
+                prog.append(fn)
+                i = j
+                continue
             capture = getattr(st.backend, "capture", None) if self.graphs and st.copy_from is None else None
             if capture is None:
                 prog.append(st)
@@ -255,6 +263,13 @@ class Session:
             i = j
         self._program = prog
         self._program_noio = [p for p in prog if not getattr(p, "io", False)]
+
+    @staticmethod
+    def _native(st: BoundStep, backend) -> bool:
+        """Whether ``st`` can join a native program on ``backend`` (its work described as C-kernel records)."""
+        ex = st.execution
+        return (st.backend is backend and st.copy_from is None and ex is not None
+                and (ex.alias or ex.native is not None) and hasattr(backend, "native_program"))
 
     # ---- execution -----------------------------------------------------------------------
     def _feed(self, feeds) -> None:

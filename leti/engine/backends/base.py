@@ -57,10 +57,13 @@ class OpContext:
 class Execution:
     """A prepared op: ``run(inputs, outputs, scratch)`` writes into the given output arrays."""
 
-    def __init__(self, fn: Callable, scratch: tuple[int, ...] = (), alias: bool = False):
+    def __init__(self, fn: Callable, scratch: tuple[int, ...] = (), alias: bool = False,
+                 native: Callable | None = None):
         self.fn = fn
         self.scratch = tuple(scratch)  # bytes of each scratch buffer it needs
         self.alias = alias  # output is a view of input 0 (no work at run time)
+        #: ``native(inputs, outputs, scratch)`` → the same work as records of a native program (CPU: backends/cpu/native.py)
+        self.native = native
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray], scratch: list[np.ndarray]) -> None:
         self.fn(inputs, outputs, scratch)

@@ -31,6 +31,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from leti.engine.backends.base import BACKENDS, Backend, executions_of  # noqa: E402
 from leti.engine.backends.cpu import basic, conv, elementwise  # noqa: E402,F401  (they register the executions)
+from leti.engine.backends.cpu import ckernels, native  # noqa: E402
 
 _blas_lock = threading.Lock()
 _blas_users = 0
@@ -75,6 +76,21 @@ class CPUBackend(Backend):
         if not self._holds_blas:
             _acquire_blas_limit()
             self._holds_blas = True
+
+    def native_program(self, steps):
+        """One callable for a run of steps whose executions describe themselves as C-kernel records (:mod:`.native`),
+        or None to run them one by one: with ``native=False``, without LETI's C kernels, or where the library was
+        built without OpenMP and the steps would lose their threads."""
+        if not self.options.get("native", True):
+            return None
+        runner = ckernels.program_runner()
+        if runner is None or not runner[1]:
+            return None
+        records = []
+        for st in steps:
+            if not st.execution.alias:
+                records.extend(st.execution.native(st.in_views, st.out_views, st.scratch_views))
+        return native.Program(records, runner[0]) if records else None
 
     def close(self) -> None:
         """Give up this backend's hold on the BLAS limit (restored when no CPU backend holds it)."""

@@ -47,7 +47,10 @@ def fully_connected(ctx: OpContext, be):
     def run(ins, outs, scratch):
         gemm(ins[0].reshape(rows, k), outs[0].reshape(rows, n))
 
-    return Execution(run)
+    def records(ins, outs, scratch):
+        return gemm.records(ins[0].reshape(rows, k), outs[0].reshape(rows, n))
+
+    return Execution(run, native=records if hasattr(gemm, "records") else None)
 
 
 def _pool(is_max: bool):

@@ -4,6 +4,8 @@
   into the micro-kernel's store;
 * ``leti_dwconv3x3`` (``csrc/dwconv.c``): 3×3 depthwise convolution with the taps held in registers
   along each output row;
+* ``leti_run_program`` (``csrc/program.c``): a run of calls of these kernels as one call, in one OpenMP parallel
+  region with a barrier between steps (:mod:`.native`);
 * ``leti_conv_window`` (``csrc/gemm.c``): a sliding-window convolution over few input channels (a stem)
   as an implicit GEMM on the same packed weights, reading patches from a zero-padded copy of the input
   (``leti_pad_nhwc``) instead of building a column matrix; with ``groups`` > 1, a grouped convolution (RegNet,
@@ -41,8 +43,11 @@ from numba import types
 SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 #: what the build depends on: the sources and the header they share
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
-SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc")
+SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
+           "leti_program_threads_supported")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
+#: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
+OPENMP = ("-fopenmp",)
 #: the micro-kernel's block: MR rows of a by NR packed columns of B
 MR, NR = 6, 16
 ALIGN = 32
@@ -87,7 +92,9 @@ def _build(out: Path) -> str:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        r = subprocess.run([cc, *FLAGS, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True)
+        r = subprocess.run([cc, *FLAGS, *OPENMP, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True)
+        if r.returncode != 0:  # no OpenMP: programs run on one thread
+            r = subprocess.run([cc, *FLAGS, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True)
         if r.returncode != 0:
             return f"{cc} failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}"
         os.replace(tmp, out)
@@ -107,7 +114,7 @@ def library() -> Path | None:
     reason = _cpu_supported()
     if reason:
         return None
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in DEPENDS) + " ".join(FLAGS).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in DEPENDS) + " ".join(FLAGS + OPENMP).encode()).hexdigest()[:16]
     path = cache_dir() / f"leti_kernels-{digest}.so"
     if not path.is_file():
         reason = _build(path)
@@ -128,6 +135,21 @@ def library() -> Path | None:
         reason = f"cannot load {path}: {e}"
         return None
     return path
+
+
+@lru_cache(maxsize=1)
+def program_runner():
+    """``leti_run_program(records, n, threads)`` through ctypes (:mod:`.native`), or None without the library."""
+    path = library()
+    if path is None:
+        return None
+    import ctypes
+
+    lib = ctypes.CDLL(str(path))
+    fn = lib.leti_run_program
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    fn.restype = None
+    return fn, bool(lib.leti_program_threads_supported())
 
 
 def _aligned(shape: tuple[int, ...]) -> np.ndarray:

@@ -25,7 +25,7 @@ import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
-from leti.engine.backends.cpu import blas, ckernels
+from leti.engine.backends.cpu import blas, ckernels, native
 from leti.engine.backends.cpu import gemm as G
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.backends.cpu import winograd_transforms as WT
@@ -82,6 +82,7 @@ def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
         def run_leti(a, y, r=None):
             G.gemm_leti_bias_act(a, bp, y, bpad, has_bias, act, threads(), _EMPTY2 if r is None else r, r is not None)
 
+        run_leti.records = lambda a, y, r=None: native.gemm(a, bp, y, bpad, has_bias, act, r)
         return run_leti
     if blas.mkl() is not None:
         wc, one = np.ascontiguousarray(w2, dtype=np.float32), blas.ONE_THREAD
@@ -146,7 +147,10 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         def run_gemm(ins, outs, scratch):  # NHWC is already the (rows, ic) matrix: no copy
             gemm(ins[0].reshape(rows, ic), outs[0].reshape(rows, oc), residual(ins))
 
-        return Execution(run_gemm)
+        def records(ins, outs, scratch):
+            return gemm.records(ins[0].reshape(rows, ic), outs[0].reshape(rows, oc), residual(ins))
+
+        return Execution(run_gemm, native=records if hasattr(gemm, "records") else None)
 
     if scheme.name == "winograd":
         n = int(scheme.params["n"])
@@ -200,7 +204,11 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
             G.conv_window_leti(ins[0], xp, bp, outs[0], bpad, has_bias, _EMPTY2 if r is None else r, res, 1,
                                kh, kw, sh, sw, pt, pl, act, numba.get_num_threads())
 
-        return Execution(run_window, scratch=(hp * wp * ic * 4,))
+        def records(ins, outs, scratch):
+            return native.conv_window(ins[0], G.padded_view(scratch, hp, wp, ic), bp, outs[0], bpad, has_bias,
+                                      residual(ins), 1, kh, kw, sh, sw, pt, pl, act)
+
+        return Execution(run_window, scratch=(hp * wp * ic * 4,), native=records)
     gemm = gemm_runner(w.reshape(kh * kw * ic, oc), bias, has_bias, act)
     cols = kh * kw * ic
 
@@ -231,7 +239,10 @@ def depthwise_conv2d(ctx: OpContext, be) -> Execution | None:
             depthwise3x3_leti(ins[0], w9, bias, has_bias, outs[0], sh, sw, dh, dw, pads[0], pads[2], act,
                               numba.get_num_threads())
 
-        return Execution(run_leti)
+        def records(ins, outs, scratch):
+            return native.dwconv3x3(ins[0], w9, bias, has_bias, outs[0], sh, sw, dh, dw, pads[0], pads[2], act)
+
+        return Execution(run_leti, native=records)
     if (kh, kw, sh, sw, mult) == (3, 3, 1, 1, 1) and 40 * ow * c <= TILED_BYTES_MAX:
         pt, pl = pads[0], pads[2]
         b = bias if has_bias else np.zeros(c, np.float32)

@@ -13,7 +13,7 @@ import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
-from leti.engine.backends.cpu import ckernels
+from leti.engine.backends.cpu import ckernels, native
 from leti.engine.backends.cpu import gemm as G
 from leti.engine.backends.cpu import kernels as K
 from leti.engine.graph import Node
@@ -222,4 +222,8 @@ def _grouped_window(ctx: OpContext, w, bias, g: int, ci: int, co: int) -> Execut
         G.conv_window_leti(ins[0], xp, bp, outs[0], bpad, has_bias, _NO_RESIDUAL, False, g, kh, kw, sh, sw, pt, pl, act,
                            numba.get_num_threads())
 
-    return Execution(run, scratch=(hp * wp * c * 4,))
+    def records(ins, outs, scratch):
+        return native.conv_window(ins[0], G.padded_view(scratch, hp, wp, c), bp, outs[0], bpad, has_bias, None, g,
+                                  kh, kw, sh, sw, pt, pl, act)
+
+    return Execution(run, scratch=(hp * wp * c * 4,), native=records)

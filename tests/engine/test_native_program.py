@@ -1,0 +1,123 @@
+"""Runs of C-kernel steps executed as one native program (backends/cpu/native.py, csrc/program.c): the same
+outputs, bit for bit, as the same steps run one by one, at one and two threads."""
+
+import numpy as np
+import pytest
+
+from leti.engine import ops
+from leti.engine.backends.cpu import CPUBackend, ckernels
+from leti.engine.backends.cpu.native import Program
+from leti.engine.graph import Graph
+from leti.engine.reference import run_reference
+from leti.engine.session import Session
+from tests.engine.conftest import rel_err
+
+needs_program = pytest.mark.skipif(ckernels.program_runner() is None or not ckernels.program_runner()[1],
+                                   reason=f"LETI's C kernels or OpenMP unavailable here: {ckernels.reason}")
+
+
+class _Chain:
+    """A graph built node by node; each node's output shape is inferred by its op."""
+
+    def __init__(self, x_shape, rng):
+        self.g, self.rng, self.last, self.n = Graph(), rng, "x", 0
+        self.g.add_tensor("x", x_shape)
+        self.g.inputs = ["x"]
+
+    def add(self, op, consts=(), inputs=None, **attrs):
+        g = self.g
+        ins = list(inputs or [self.last])
+        names = [g.add_constant(f"c{self.n}_{i}", np.asarray(c, np.float32)) for i, c in enumerate(consts)]
+        shapes = [g.tensors[t].shape for t in ins] + [np.shape(c) for c in consts]
+        out = f"t{self.n}"
+        self.n += 1
+        g.add_tensor(out, ops.get(op).infer(shapes, attrs)[0])
+        g.add_node(op, ins + names, [out], **attrs)
+        self.last = out
+        return out
+
+    def w(self, *shape, scale=0.3):
+        return self.rng.standard_normal(shape).astype(np.float32) * scale
+
+    def graph(self):
+        self.g.outputs = [self.last]
+        return self.g
+
+
+def _network(rng, nb):
+    """A stem window over RGB (padded), 1x1 products, depthwise 3x3 at strides 1 and 2, a product with a residual
+    added in its epilogue, a grouped 3x3 convolution, a fully connected layer over every pixel, then a mean (no
+    native record: the program ends before it)."""
+    c = _Chain((nb, 19, 17, 3), rng)
+    c.add("conv2d", [c.w(3, 3, 3, 16), c.w(16)], strides=[2, 2], padding="same", activation="relu")
+    c.add("conv2d", [c.w(1, 1, 16, 24), c.w(24)], padding="same", activation="relu6")
+    c.add("depthwise_conv2d", [c.w(3, 3, 24), c.w(24)], strides=[1, 1], padding="same", activation="relu6")
+    skip = c.add("conv2d", [c.w(1, 1, 24, 24), c.w(24)], padding="same")
+    c.add("depthwise_conv2d", [c.w(3, 3, 24), c.w(24)], strides=[1, 1], padding="same", activation="relu")
+    y = c.add("conv2d", [c.w(1, 1, 24, 24), c.w(24)], padding="same")
+    c.add("add", inputs=[y, skip])  # fused into the product's epilogue (passes.fuse_residual_adds)
+    c.add("depthwise_conv2d", [c.w(3, 3, 24), c.w(24)], strides=[2, 2], padding="same", activation="relu6")
+    c.add("grouped_conv2d", [c.w(3, 3, 8, 24), c.w(24)], strides=[1, 1], padding="same", groups=3,
+          activation="relu")
+    c.add("fully_connected", [c.w(24, 40), c.w(40)], activation="relu")
+    c.add("mean", axes=[1, 2], keepdims=False)
+    return c.graph()
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("nb", [1, 2])
+def test_native_program_matches_the_steps_run_one_by_one(rng, threads, nb):
+    g = _network(rng, nb)
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    fused = Session(g, backends=(CPUBackend(threads=threads),)).resize()
+    single = Session(g, backends=(CPUBackend(threads=threads, native=False),)).resize()
+    programs = [p for p in fused._program if isinstance(p, Program)]
+    assert len(programs) == 1 and not any(isinstance(p, Program) for p in single._program)
+    ops_in = [st.op for st in fused.steps]
+    # every step before the mean runs inside the program; a padded window copies its input first (a record more)
+    assert len(fused._program) == 1 + len(ops_in) - ops_in.index("mean")
+    # the stem and the grouped window: a padded copy and the window per image (four records for one step at nb = 2)
+    assert programs[0].steps == ops_in.index("mean") - 2 + 2 * 2 * nb
+    for _ in range(2):  # a second run over the same buffers
+        x = rng.standard_normal(x.shape).astype(np.float32)
+        a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
+        assert np.array_equal(a, b)
+        assert rel_err(a, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
+def test_an_op_without_records_splits_the_program(rng):
+    c = _Chain((1, 12, 12, 8), rng)
+    c.add("conv2d", [c.w(1, 1, 8, 16), c.w(16)], padding="same", activation="relu")
+    c.add("max_pool2d", kernel=[3, 3], strides=[2, 2], padding="same")  # numba's kernel: no record
+    c.add("conv2d", [c.w(1, 1, 16, 16), c.w(16)], padding="same")
+    g = c.graph()
+    s = Session(g, backends=(CPUBackend(threads=1),)).resize()
+    assert [type(p).__name__ for p in s._program] == ["Program", "BoundStep", "Program"]
+    x = rng.standard_normal((1, 12, 12, 8)).astype(np.float32)
+    assert rel_err(s.run({"x": x})[g.outputs[0]], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+def test_a_library_built_without_openmp_runs_steps_one_by_one(monkeypatch, tmp_path, rng):
+    """A compiler without OpenMP still builds the kernels; programs are then not made (they would run on one thread)."""
+    if ckernels._cpu_supported():
+        pytest.skip(f"no AVX2/FMA here: {ckernels._cpu_supported()}")
+    try:
+        monkeypatch.delenv("LETI_BLAS", raising=False)
+        monkeypatch.setenv("LETI_CACHE_DIR", str(tmp_path))
+        monkeypatch.setattr(ckernels, "OPENMP", ("-fno-such-openmp-flag",))  # the first compile fails
+        ckernels.library.cache_clear()
+        ckernels.program_runner.cache_clear()
+        assert ckernels.library() is not None
+        runner = ckernels.program_runner()
+        assert runner is not None and runner[1] is False
+        c = _Chain((1, 6, 6, 8), rng)
+        c.add("conv2d", [c.w(1, 1, 8, 8), c.w(8)], padding="same")
+        s = Session(c.graph(), backends=(CPUBackend(threads=2),)).resize()
+        assert not any(isinstance(p, Program) for p in s._program)
+    finally:
+        monkeypatch.undo()
+        ckernels.library.cache_clear()
+        ckernels.program_runner.cache_clear()
+        ckernels.library()
