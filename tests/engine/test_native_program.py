@@ -46,8 +46,8 @@ class _Chain:
 
 def _network(rng, nb):
     """A stem window over RGB (padded), 1x1 products, depthwise 3x3 at strides 1 and 2, a product with a residual
-    added in its epilogue, a grouped 3x3 convolution, a fully connected layer over every pixel, then a mean (no
-    native record: the program ends before it)."""
+    added in its epilogue, a grouped 3x3 convolution, a dilated one (a column matrix, then a product), a fully
+    connected layer over every pixel, a global mean."""
     c = _Chain((nb, 19, 17, 3), rng)
     c.add("conv2d", [c.w(3, 3, 3, 16), c.w(16)], strides=[2, 2], padding="same", activation="relu")
     c.add("conv2d", [c.w(1, 1, 16, 24), c.w(24)], padding="same", activation="relu6")
@@ -59,9 +59,17 @@ def _network(rng, nb):
     c.add("depthwise_conv2d", [c.w(3, 3, 24), c.w(24)], strides=[2, 2], padding="same", activation="relu6")
     c.add("grouped_conv2d", [c.w(3, 3, 8, 24), c.w(24)], strides=[1, 1], padding="same", groups=3,
           activation="relu")
+    c.add("conv2d", [c.w(3, 3, 24, 24, scale=0.1), c.w(24)], dilations=[2, 2], padding="same")  # im2col + product
     c.add("fully_connected", [c.w(24, 40), c.w(40)], activation="relu")
     c.add("mean", axes=[1, 2], keepdims=False)
     return c.graph()
+
+
+def _sessions(g, threads):
+    fused = Session(g, backends=(CPUBackend(threads=threads),)).resize()
+    single = Session(g, backends=(CPUBackend(threads=threads, native=False),)).resize()
+    assert not any(isinstance(p, Program) for p in single._program)
+    return fused, single
 
 
 @needs_program
@@ -69,21 +77,38 @@ def _network(rng, nb):
 @pytest.mark.parametrize("nb", [1, 2])
 def test_native_program_matches_the_steps_run_one_by_one(rng, threads, nb):
     g = _network(rng, nb)
-    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
-    fused = Session(g, backends=(CPUBackend(threads=threads),)).resize()
-    single = Session(g, backends=(CPUBackend(threads=threads, native=False),)).resize()
-    programs = [p for p in fused._program if isinstance(p, Program)]
-    assert len(programs) == 1 and not any(isinstance(p, Program) for p in single._program)
-    ops_in = [st.op for st in fused.steps]
-    # every step before the mean runs inside the program; a padded window copies its input first (a record more)
-    assert len(fused._program) == 1 + len(ops_in) - ops_in.index("mean")
-    # the stem and the grouped window: a padded copy and the window per image (four records for one step at nb = 2)
-    assert programs[0].steps == ops_in.index("mean") - 2 + 2 * 2 * nb
+    fused, single = _sessions(g, threads)
+    assert len(fused._program) == 1 and isinstance(fused._program[0], Program)
+    # the stem and the grouped window: a padded copy and the window per image (four records for one step at nb = 2);
+    # the dilated convolution: its column matrix and a product
+    assert fused._program[0].steps == len(fused.steps) - 2 + 2 * 2 * nb + 1
+    assert "im2col" in [st.scheme.name for st in fused.steps]
     for _ in range(2):  # a second run over the same buffers
-        x = rng.standard_normal(x.shape).astype(np.float32)
+        x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
         a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
         assert np.array_equal(a, b)
         assert rel_err(a, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k, n", [(37, 30), (64, 1000)])
+def test_native_head_matches_reference(rng, threads, k, n):
+    """A classifier's head: the global mean, a fully connected layer at batch 1 (a matrix-vector product; outputs
+    split in fours, a remainder) and a softmax, in the program's own C (not the numba kernels': another summation
+    order, so equal to rounding)."""
+    c = _Chain((1, 5, 7, k), rng)
+    c.add("mean", axes=[1, 2], keepdims=False)
+    c.add("fully_connected", [c.w(k, n), c.w(n)], activation="relu6")
+    c.add("fully_connected", [c.w(n, 13, scale=0.05), c.w(13)])
+    c.add("softmax", beta=1.5)
+    g = c.graph()
+    fused, single = _sessions(g, threads)
+    assert len(fused._program) == 1 and fused._program[0].steps == 4
+    x = rng.standard_normal((1, 5, 7, k)).astype(np.float32) * 3
+    a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
+    assert np.allclose(a, b, rtol=1e-5, atol=1e-7) and abs(a.sum() - 1) < 1e-5
+    assert rel_err(a, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
 
 
 @needs_program

@@ -8,6 +8,7 @@ import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
 from leti.engine.backends.cpu import kernels as K
+from leti.engine.backends.cpu import native
 from leti.engine.backends.cpu.conv import gemm_runner
 from leti.engine.backends.cpu.pooling import pool2d, pool_direct
 from leti.engine.ops.batch_norm import scale_shift
@@ -41,7 +42,10 @@ def fully_connected(ctx: OpContext, be):
         def run_gemv(ins, outs, scratch):
             K.gemv_bias_act(ins[0].reshape(k), wt, outs[0].reshape(n), b, bias is not None, act)
 
-        return Execution(run_gemv)
+        def gemv_records(ins, outs, scratch):
+            return native.gemv(ins[0].reshape(k), wt, outs[0].reshape(n), b, bias is not None, act)
+
+        return Execution(run_gemv, native=gemv_records)
     gemm = gemm_runner(np.asarray(w, dtype=np.float32), b, bias is not None, act)
 
     def run(ins, outs, scratch):
@@ -140,7 +144,10 @@ def mean(ctx: OpContext, be):
         def run_spatial(ins, outs, scratch):
             K.spatial_mean(ins[0].reshape(nb, h * w, c), outs[0].reshape(nb, c))
 
-        return Execution(run_spatial)
+        def records(ins, outs, scratch):
+            return native.spatial_mean(ins[0].reshape(nb, h * w, c), outs[0].reshape(nb, c))
+
+        return Execution(run_spatial, native=records)
 
     def run(ins, outs, scratch):
         np.mean(ins[0], axis=axes, keepdims=keep, out=outs[0])
@@ -175,7 +182,10 @@ def softmax(ctx: OpContext, be):
     def run(ins, outs, scratch):
         K.softmax_rows(ins[0].reshape(-1, c), beta, outs[0].reshape(-1, c))
 
-    return Execution(run)
+    def records(ins, outs, scratch):
+        return native.softmax_rows(ins[0].reshape(-1, c), beta, outs[0].reshape(-1, c))
+
+    return Execution(run, native=records)
 
 
 @EXECUTIONS.register("relu")

@@ -217,7 +217,12 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         K.im2col(ins[0], col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
         gemm(col, outs[0].reshape(rows, oc), residual(ins))
 
-    return Execution(run_im2col, scratch=(rows * cols * 4,))
+    def records(ins, outs, scratch):
+        col = scratch[0].view(np.float32).reshape(rows, cols)
+        return (native.im2col(ins[0], col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+                + gemm.records(col, outs[0].reshape(rows, oc), residual(ins)))
+
+    return Execution(run_im2col, scratch=(rows * cols * 4,), native=records if hasattr(gemm, "records") else None)
 
 
 @EXECUTIONS.register("depthwise_conv2d")

@@ -86,7 +86,9 @@ def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, groups, kh, kw,
 
 @njit(cache=True)
 def window_reads_padding(h, wd, oh, ow, kh, kw, sh, sw, pt, pl):
-    """Whether the windows of an ``oh × ow`` output reach outside the ``h × wd`` input (placed at ``pt, pl``)."""
+    """Whether the windows of an ``oh × ow`` output reach outside the ``h × wd`` input (placed at ``pt, pl``).
+    Python at resize calls ``.py_func``: a compiled function's first call costs a process ~45 MiB (numba's JIT
+    starting), which a model run by native programs alone (:mod:`.native`) never pays otherwise."""
     return pt > 0 or pl > 0 or (oh - 1) * sh + kh > h or (ow - 1) * sw + kw > wd
 
 
@@ -97,7 +99,7 @@ NO_PADDING = np.zeros((0, 0, 0), np.float32)
 def padded_shape(in_shape, oh, ow, kh, kw, sh, sw, pt, pl) -> tuple[int, int]:
     """``(hp, wp)`` of the zero-padded copy :func:`conv_window_leti` reads for an input of ``in_shape`` (NHWC), or
     ``(0, 0)`` where the window reads no padding and so reads the input in place (no scratch to plan)."""
-    if not window_reads_padding(in_shape[1], in_shape[2], oh, ow, kh, kw, sh, sw, pt, pl):
+    if not window_reads_padding.py_func(in_shape[1], in_shape[2], oh, ow, kh, kw, sh, sw, pt, pl):
         return 0, 0
     return (oh - 1) * sh + kh, (ow - 1) * sw + kw
 

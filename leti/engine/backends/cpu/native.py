@@ -17,7 +17,7 @@ from leti.engine.backends.cpu.gemm import window_reads_padding
 
 #: int64 fields per record (``RECORD`` in program.c)
 RECORD = 20
-GEMM, DWCONV, PAD, WINDOW = 1, 2, 3, 4
+GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL = 1, 2, 3, 4, 5, 6, 7, 8
 
 
 def _addr(a: np.ndarray | None) -> int:
@@ -53,7 +53,7 @@ def conv_window(x, xp, bp, y, bias, has_bias: bool, res, groups, kh, kw, sh, sw,
     nb, h, wd, c = x.shape
     oh, ow, n = y.shape[1], y.shape[2], y.shape[3]
     hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
-    padded = window_reads_padding(h, wd, oh, ow, kh, kw, sh, sw, pt, pl)
+    padded = window_reads_padding.py_func(h, wd, oh, ow, kh, kw, sh, sw, pt, pl)  # not numba's: see its docstring
     out = []
     for b in range(nb):
         xb = _addr(x) + b * h * wd * c * 4
@@ -65,6 +65,31 @@ def conv_window(x, xp, bp, y, bias, has_bias: bool, res, groups, kh, kw, sh, sw,
                     _addr(y) + b * oh * ow * n * 4, ow, _addr(bias) if has_bias else 0,
                     _addr(res) + b * oh * ow * n * 4 if res is not None else 0, act, oh])
     return out
+
+
+def im2col(x, col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow) -> list[list[int]]:
+    """The column matrix ``col`` (N·OH·OW × kh·kw·C) of a sliding window over ``x`` (N, H, W, C), as
+    :func:`kernels.im2col`."""
+    nb, h, wd, c = x.shape
+    return [[IM2COL, _addr(x), _addr(col), h, wd, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nb * oh]]
+
+
+def spatial_mean(x3, y2) -> list[list[int]]:
+    """Global average pooling: ``y2[b, c]`` = the mean of ``x3[b, :, c]`` (N, H·W, C)."""
+    nb, p, c = x3.shape
+    return [[MEAN, _addr(x3), _addr(y2), nb, p, c]]
+
+
+def softmax_rows(x2, beta: float, y2) -> list[list[int]]:
+    """``y2[r] = softmax(beta · x2[r])``."""
+    rows, c = x2.shape
+    return [[SOFTMAX, _addr(x2), _addr(y2), rows, c, int(np.array(beta, np.float32).view(np.int32))]]
+
+
+def gemv(x, wt, y, bias, has_bias: bool, act: int) -> list[list[int]]:
+    """``y = act(wt @ x + bias)``: a fully connected layer at batch 1, ``wt`` (n × k) row-major."""
+    n, k = wt.shape
+    return [[GEMV, _addr(x), _addr(wt), _addr(y), _addr(bias) if has_bias else 0, k, n, act]]
 
 
 class Program:
