@@ -112,10 +112,65 @@ def test_native_head_matches_reference(rng, threads, k, n):
 
 
 @needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("nb, c_in", [(1, 16), (2, 13)])
+def test_native_pooling_sums_and_concatenations(rng, threads, nb, c_in):
+    """An NB101-like cell: max pooling at strides 1 and 2, average pooling (taps inside the input only), a sum with
+    an activation, a concatenation along channels; a channel count that is not a multiple of 8 takes the scalar
+    tails."""
+    c = _Chain((nb, 11, 9, c_in), rng)
+    a = c.add("conv2d", [c.w(1, 1, c_in, c_in), c.w(c_in)], padding="same", activation="relu")
+    p = c.add("max_pool2d", inputs=[a], kernel=[3, 3], strides=[1, 1], padding="same")
+    q = c.add("avg_pool2d", inputs=[a], kernel=[3, 3], strides=[1, 1], padding="same")
+    r = c.add("add", inputs=[p, q], activation="relu6")
+    u = c.add("concat", inputs=[a, r, p], axis=-1)
+    v = c.add("max_pool2d", inputs=[u], kernel=[3, 3], strides=[2, 2], padding="same")
+    c.add("avg_pool2d", inputs=[v], kernel=[2, 3], strides=[2, 2], padding="same")
+    g = c.graph()
+    fused, single = _sessions(g, threads)
+    assert len(fused._program) == 1 and fused._program[0].steps == len(fused.steps) + 2  # concat: a record per input
+    for _ in range(2):
+        x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+        a_, b_ = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
+        assert np.allclose(a_, b_, rtol=1e-6, atol=1e-6)
+        assert rel_err(a_, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_native_winograd_matches_the_numba_transforms(rng, monkeypatch, threads, n):
+    """F(2x2), F(3x3), F(4x4) (alpha 4, 5, 6) from 29 channels to 21 (the transforms' blocks of 16 channels, of 8, and a
+    masked tail), two images, tiles cut by the map's edge, in blocks of tiles, with a residual added after the output
+    transform."""
+    from leti.engine.backends.cpu import conv
+
+    monkeypatch.setattr(conv, "WINOGRAD_BLOCK_MIN", 8)
+    monkeypatch.setattr(conv, "WINOGRAD_BLOCK_BYTES", 9 * (n + 2) ** 2 * (29 + 21) * 4)  # 9 tiles a block
+    c = _Chain((2, 13, 11, 29), rng)
+    skip = c.add("conv2d", [c.w(1, 1, 29, 21), c.w(21)], padding="same")
+    y = c.add("conv2d", [c.w(3, 3, 29, 21, scale=0.2), c.w(21)], inputs=["x"], padding="same", activation="relu")
+    c.add("add", inputs=[y, skip], activation="relu6")
+    g = c.graph()
+    opts = dict(conv_scheme="winograd", winograd_max_tile=n)
+    fused = Session(g, backends=(CPUBackend(threads=threads),), **opts).resize()
+    single = Session(g, backends=(CPUBackend(threads=threads, native=False),), **opts).resize()
+    wino = [st for st in fused.steps if st.scheme.name == "winograd"]
+    assert len(wino) == 1 and len(fused._program) == 1
+    n = wino[0].scheme.params["n"]  # the largest tile up to n that the cost model prefers
+    tiles = 2 * -(-13 // n) * -(-11 // n)
+    assert fused._program[0].steps == 1 + 3 * -(-tiles // 9) + 1  # the 1x1, three records a block, the residual
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
+    assert np.allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert rel_err(a, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
 def test_an_op_without_records_splits_the_program(rng):
     c = _Chain((1, 12, 12, 8), rng)
     c.add("conv2d", [c.w(1, 1, 8, 16), c.w(16)], padding="same", activation="relu")
-    c.add("max_pool2d", kernel=[3, 3], strides=[2, 2], padding="same")  # numba's kernel: no record
+    c.add("resize_nearest", scale=[2, 2])  # no record: the steps before and after it make two programs
     c.add("conv2d", [c.w(1, 1, 16, 16), c.w(16)], padding="same")
     g = c.graph()
     s = Session(g, backends=(CPUBackend(threads=1),)).resize()

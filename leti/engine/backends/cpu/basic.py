@@ -62,18 +62,21 @@ def _pool(is_max: bool):
         (kh, kw), (sh, sw), pads, (oh, ow) = window(ctx.in_shapes[0], ctx.attrs)
         act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
         nb, h, w, c = ctx.in_shapes[0]
+        def records(ins, outs, scratch):
+            return native.pool2d(ins[0], outs[0], kh, kw, sh, sw, pads[0], pads[2], is_max, act)
+
         if is_max or sw == 1:  # the separable kernel (pooling.py); strided averages stay per pixel (faster there)
 
             def run_separable(ins, outs, scratch):
                 pool2d(ins[0].reshape(nb, h * w * c), outs[0].reshape(nb, oh, ow * c), h, w, c, kh, kw, sh, sw,
                        pads[0], pads[2], is_max, act, numba.get_num_threads())
 
-            return Execution(run_separable)
+            return Execution(run_separable, native=records)
 
         def run(ins, outs, scratch):
             pool_direct(ins[0], outs[0], kh, kw, sh, sw, pads[0], pads[2], is_max, act)
 
-        return Execution(run)
+        return Execution(run, native=records)
 
     return factory
 
@@ -86,6 +89,13 @@ def _binary(ufunc):
             ufunc(ins[0], ins[1], out=outs[0])
             _act_inplace(outs[0], act)
 
+        same = len(ctx.in_shapes) == 2 and all(tuple(s) == tuple(ctx.out_shapes[0]) for s in ctx.in_shapes)
+        if ufunc is np.add and same and act in K.ACT_CODE:  # no broadcasting: the program's C loop
+
+            def records(ins, outs, scratch):
+                return native.add(ins[0], ins[1], outs[0], K.ACT_CODE[act])
+
+            return Execution(run, native=records)
         return Execution(run)
 
     return factory
@@ -122,7 +132,11 @@ def concat(ctx: OpContext, be):
             np.copyto(outs[0][idx], x)
         _act_inplace(outs[0], act)
 
-    return Execution(run)
+    def records(ins, outs, scratch):
+        return native.concat_channels(ins, outs[0])
+
+    last = axis == len(ctx.out_shapes[0]) - 1 and act in ("none", None)
+    return Execution(run, native=records if last else None)
 
 
 @EXECUTIONS.register("slice")

@@ -176,6 +176,19 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         v_bytes, m_bytes = alpha * alpha * block * ic * 4, alpha * alpha * block * oc * 4
         pt, pl = pads[0], pads[2]
 
+        def records(ins, outs, scratch):
+            x, y = ins[0], outs[0]
+            out = []
+            for r0 in range(0, tiles, block):
+                cnt = min(block, tiles - r0)
+                v = scratch[0][:alpha * alpha * cnt * ic * 4].view(np.float32).reshape(alpha * alpha, cnt, ic)
+                m = scratch[1][:alpha * alpha * cnt * oc * 4].view(np.float32).reshape(alpha * alpha, cnt, oc)
+                out += native.winograd(x, bt_plain, v, up, m, at_plain, y, bias, has_bias, post_act, n, pt, pl, th, tw,
+                                       r0)
+            if res:
+                out += native.add(y, ins[3], y, act)
+            return out
+
         def run_winograd(ins, outs, scratch):
             threads = numba.get_num_threads()
             for r0 in range(0, tiles, block):  # one pass when the tiles fit a block
@@ -188,7 +201,9 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
             if res:
                 K.residual_act(outs[0].reshape(rows, oc), residual(ins), act)
 
-        return Execution(run_winograd, scratch=(v_bytes, m_bytes))
+        bt_plain, at_plain = np.ascontiguousarray(bt, np.float32), np.ascontiguousarray(at, np.float32)
+        return Execution(run_winograd, scratch=(v_bytes, m_bytes),
+                         native=records if ckernels.library() is not None and alpha <= 8 else None)
 
     # im2col: the general sliding-window scheme; over few input channels (a stem) LETI's kernel reads the
     # patches from a zero-padded copy of the input instead (an implicit GEMM: no column matrix)

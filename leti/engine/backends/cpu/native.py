@@ -17,7 +17,8 @@ from leti.engine.backends.cpu.gemm import window_reads_padding
 
 #: int64 fields per record (``RECORD`` in program.c)
 RECORD = 20
-GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL = 1, 2, 3, 4, 5, 6, 7, 8
+(GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL, POOL, ADD, COPY_CHANNELS, WINOGRAD_IN, WINOGRAD_PRODUCTS,
+ WINOGRAD_OUT) = range(1, 15)
 
 
 def _addr(a: np.ndarray | None) -> int:
@@ -72,6 +73,41 @@ def im2col(x, col, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow) -> list[list[int]]:
     :func:`kernels.im2col`."""
     nb, h, wd, c = x.shape
     return [[IM2COL, _addr(x), _addr(col), h, wd, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nb * oh]]
+
+
+def pool2d(x, y, kh, kw, sh, sw, pt, pl, is_max: bool, act: int) -> list[list[int]]:
+    """Max or average pooling of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C), averages over the taps inside."""
+    nb, h, w, c = x.shape
+    _, oh, ow, _ = y.shape
+    return [[POOL, _addr(x), _addr(y), h, w, c, oh, ow, kh, kw, sh, sw, pt, pl, int(is_max), act, nb * oh]]
+
+
+def add(a, b, y, act: int) -> list[list[int]]:
+    """``y = act(a + b)``, all three of one shape."""
+    return [[ADD, _addr(a), _addr(b), _addr(y), y.size, act]]
+
+
+def concat_channels(xs, y) -> list[list[int]]:
+    """``y`` (…, C) = the inputs (…, Cᵢ) side by side along the last axis: a record per input."""
+    out, off, px = [], 0, y.size // y.shape[-1]
+    for x in xs:
+        out.append([COPY_CHANNELS, _addr(x), _addr(y), px, x.shape[-1], y.shape[-1], off])
+        off += x.shape[-1]
+    return out
+
+
+def winograd(x, bt, v, up, m, at, y, bias, has_bias: bool, act: int, n: int, pt, pl, th, tw, r0) -> list[list[int]]:
+    """One block of Winograd tiles (``v``: α² × cnt × C, ``m``: α² × cnt × OC, tiles ``r0 ..`` of the batch): the
+    input transform, the α² products against the packed transformed filters ``up`` (P, panels, C, 16), the output
+    transform with the bias and activation. ``bt`` = Bᵀ (α × α), ``at`` = Aᵀ (n × α)."""
+    nb, h, w, c = x.shape
+    positions, cnt, _ = v.shape
+    alpha = bt.shape[0]
+    oh, ow, oc = y.shape[1], y.shape[2], y.shape[3]
+    return [[WINOGRAD_IN, _addr(x), _addr(bt), _addr(v), n, pt, pl, th, tw, alpha, h, w, c, r0, cnt],
+            [WINOGRAD_PRODUCTS, _addr(v), _addr(up), _addr(m), positions, cnt, c, oc],
+            [WINOGRAD_OUT, _addr(m), _addr(at), _addr(y), _addr(bias) if has_bias else 0, act, n, alpha, th, tw, oh, ow,
+             oc, r0, cnt]]
 
 
 def spatial_mean(x3, y2) -> list[list[int]]:

@@ -15,6 +15,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "simd.h"
@@ -27,7 +28,8 @@
 #define NR 16
 
 enum { STEP_GEMM = 1, STEP_DWCONV = 2, STEP_PAD = 3, STEP_WINDOW = 4, STEP_MEAN = 5, STEP_SOFTMAX = 6, STEP_GEMV = 7,
-       STEP_IM2COL = 8 };
+       STEP_IM2COL = 8, STEP_POOL = 9, STEP_ADD = 10, STEP_COPY_CHANNELS = 11, STEP_WINOGRAD_IN = 12,
+       STEP_WINOGRAD_PRODUCTS = 13, STEP_WINOGRAD_OUT = 14 };
 
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, const float *res, int64_t act);
@@ -133,6 +135,195 @@ static void im2col_rows(const float *x, float *col, int64_t h, int64_t wd, int64
     }
 }
 
+static inline __attribute__((always_inline)) __m256 pool_op(__m256 a, __m256 b, int is_max) {
+    return is_max ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b);
+}
+
+static inline float act1(float v, int64_t act) {
+    return act >= 1 ? (v < 0.0f ? 0.0f : (act == 2 && v > 6.0f ? 6.0f : v)) : v;
+}
+
+/* dst[t] = op over k < taps of src[t + k * step] (times scale for an average), t < cnt: one vector loop over a contiguous
+ * run, as the numba kernel's (pooling.py) */
+static inline __attribute__((always_inline)) void
+fold(float *dst, const float *src, int64_t step, int64_t taps, int64_t cnt, int is_max, float scale, int64_t act) {
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f), sv = _mm256_set1_ps(scale);
+    int64_t t = 0;
+    for (; t + 8 <= cnt; t += 8) {
+        __m256 v = _mm256_loadu_ps(src + t);
+        if (taps == 3) { /* the usual 3x3 window: unrolled */
+            v = pool_op(v, _mm256_loadu_ps(src + step + t), is_max);
+            v = pool_op(v, _mm256_loadu_ps(src + 2 * step + t), is_max);
+        } else
+            for (int64_t k = 1; k < taps; ++k) v = pool_op(v, _mm256_loadu_ps(src + k * step + t), is_max);
+        if (!is_max && scale != 1.0f) v = _mm256_mul_ps(v, sv);
+        if (act >= 1) v = _mm256_max_ps(v, zero);
+        if (act == 2) v = _mm256_min_ps(v, six);
+        _mm256_storeu_ps(dst + t, v);
+    }
+    for (; t < cnt; ++t) {
+        float v = src[t];
+        for (int64_t k = 1; k < taps; ++k) v = is_max ? (src[k * step + t] > v ? src[k * step + t] : v) : v + src[k * step + t];
+        dst[t] = act1(is_max ? v : v * scale, act);
+    }
+}
+
+/* rows r0..r1-1 (of nb x oh) of a max (is_max) or average pooling of x (nb x h x w x c) into y (nb x oh x ow x c):
+ * the window's rows folded into tmp (w x c) in one run, then its columns: at stride 1 the interior columns (the
+ * whole window inside) in one run too, the border columns one by one; averages over the taps inside the input
+ * (TFLite's 'same' padding); act as in gemm.c */
+static void pool_rows(const float *x, float *y, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow, int64_t kh,
+                      int64_t kw, int64_t sh, int64_t sw, int64_t pt, int64_t pl, int is_max, int64_t act, float *tmp,
+                      int64_t r0, int64_t r1) {
+    int64_t wc = w * c;
+    int64_t xa = pl < ow ? pl : ow, xb = xa; /* stride 1: output columns xa..xb-1 read kw columns inside */
+    if (sw == 1) {
+        xb = w - kw + pl + 1 < ow ? w - kw + pl + 1 : ow;
+        if (xb < xa) xb = xa;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+        int64_t n = r / oh, y0 = (r % oh) * sh - pt;
+        int64_t a = y0 < 0 ? 0 : y0, b = y0 + kh < h ? y0 + kh : h, rows = b - a;
+        float *yr = y + r * ow * c;
+        if (rows <= 0) { /* a window wholly in the padding (never with 'same'): zeros */
+            memset(yr, 0, (size_t)(ow * c) * sizeof(float));
+            continue;
+        }
+        fold(tmp, x + (n * h + a) * wc, wc, rows, wc, is_max, 1.0f, 0);
+        if (xb > xa)
+            fold(yr + xa * c, tmp + (xa - pl) * c, c, kw, (xb - xa) * c, is_max, 1.0f / (float)(rows * kw), act);
+        for (int64_t xo = 0; xo < ow; ++xo) {
+            if (xo >= xa && xo < xb) continue;
+            int64_t x0 = xo * sw - pl, c0 = x0 < 0 ? 0 : x0, c1 = x0 + kw < w ? x0 + kw : w;
+            if (c1 <= c0) {
+                memset(yr + xo * c, 0, (size_t)c * sizeof(float));
+                continue;
+            }
+            fold(yr + xo * c, tmp + c0 * c, c, c1 - c0, c, is_max, 1.0f / (float)(rows * (c1 - c0)), act);
+        }
+    }
+}
+
+/* y[i] = act(a[i] + b[i]) for i in i0..i1-1 */
+static void add_range(const float *a, const float *b, float *y, int64_t act, int64_t i0, int64_t i1) {
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        __m256 v = _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+        if (act >= 1) v = _mm256_max_ps(v, zero);
+        if (act == 2) v = _mm256_min_ps(v, six);
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < i1; ++i) y[i] = act1(a[i] + b[i], act);
+}
+
+/* Winograd F(n x n, k x k), alpha = n + k - 1 <= 8, as winograd_transforms.py (the numba kernels): the input
+ * transform of tiles r0+t0 .. r0+t1-1 of the batch (th x tw tiles per image, stride n, the tile's window at
+ * (ty*n - pt, tx*n - pl), zero outside) into v[(a*alpha + b)][t][c] = (Bt d B)[a][b]; bt is Bt, alpha x alpha
+ * row-major. Eight channels at a time (full: a whole vector, else masked), alpha and full compile-time constants
+ * once inlined so that every loop below unrolls. */
+#define WLOAD(p) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), mask))
+#define WSTORE(p, v) (full ? _mm256_storeu_ps((p), (v)) : _mm256_maskstore_ps((p), mask, (v)))
+
+/* vec vectors of 8 channels from cb (vec = 2: a whole 64-byte line of every plane written at once; the planes lie
+ * cnt * c floats apart, often a multiple of 4 KiB, so that all of them fall into one L1 set) */
+static inline __attribute__((always_inline)) void
+wino_in_block(const int alpha, const int full, const int inside, const int vec, const float *xb, const float *bt,
+              float *v, __m256i mask, int64_t cnt, int64_t row, int64_t h, int64_t w, int64_t c, int64_t y0,
+              int64_t x0, int64_t cb) {
+    __m256 d[8][8][2], tmp[8][8][2];
+    for (int i = 0; i < alpha; ++i)
+        for (int j = 0; j < alpha; ++j) {
+            int64_t yy = y0 + i, xx = x0 + j;
+            int out = !inside && (yy < 0 || yy >= h || xx < 0 || xx >= w);
+            for (int e = 0; e < vec; ++e)
+                d[i][j][e] = out ? _mm256_setzero_ps() : WLOAD(xb + (yy * w + xx) * c + cb + 8 * e);
+        }
+    for (int a = 0; a < alpha; ++a) /* tmp = Bt d */
+        for (int j = 0; j < alpha; ++j)
+            for (int e = 0; e < vec; ++e) {
+                __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[a * alpha]), d[0][j][e]);
+                for (int i = 1; i < alpha; ++i) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[a * alpha + i]), d[i][j][e], acc);
+                tmp[a][j][e] = acc;
+            }
+    for (int a = 0; a < alpha; ++a) /* v = tmp B */
+        for (int bb = 0; bb < alpha; ++bb)
+            for (int e = 0; e < vec; ++e) {
+                __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[bb * alpha]), tmp[a][0][e]);
+                for (int j = 1; j < alpha; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[bb * alpha + j]), tmp[a][j][e], acc);
+                WSTORE(v + ((a * alpha + bb) * cnt + row) * c + cb + 8 * e, acc);
+            }
+}
+
+static inline __attribute__((always_inline)) void
+wino_in_tiles(const int alpha, const float *x, const float *bt, float *v, int64_t cnt, int64_t n, int64_t pt,
+              int64_t pl, int64_t th, int64_t tw, int64_t h, int64_t w, int64_t c, int64_t r0, int64_t t0, int64_t t1) {
+    int64_t tiles = th * tw, c8 = c & ~(int64_t)7;
+    __m256i mask = lane_mask(c - c8);
+    for (int64_t row = t0; row < t1; ++row) {
+        int64_t b = (r0 + row) / tiles, t = (r0 + row) % tiles, y0 = (t / tw) * n - pt, x0 = (t % tw) * n - pl;
+        const float *xb = x + b * h * w * c;
+        int64_t cb = 0;
+        if (y0 >= 0 && x0 >= 0 && y0 + alpha <= h && x0 + alpha <= w) /* the tile inside the input: no bounds */
+            for (; cb + 16 <= c8; cb += 16) wino_in_block(alpha, 1, 1, 2, xb, bt, v, mask, cnt, row, h, w, c, y0, x0, cb);
+        else
+            for (; cb + 16 <= c8; cb += 16) wino_in_block(alpha, 1, 0, 2, xb, bt, v, mask, cnt, row, h, w, c, y0, x0, cb);
+        for (; cb < c8; cb += 8) wino_in_block(alpha, 1, 0, 1, xb, bt, v, mask, cnt, row, h, w, c, y0, x0, cb);
+        if (c8 < c) wino_in_block(alpha, 0, 0, 1, xb, bt, v, mask, cnt, row, h, w, c, y0, x0, c8);
+    }
+}
+
+/* the output transform: y[b][ty*n + i][tx*n + j][:] = act((At M A)[i][j] + bias) inside y (oh x ow), M's planes
+ * m[p][t][oc] for tiles r0+t0 .. r0+t1-1; at is At, n x alpha row-major */
+static inline __attribute__((always_inline)) void
+wino_out_block(const int alpha, const int n, const int full, const int vec, const float *m, const float *at,
+               float *yb, const float *bias, int64_t act, __m256i mask, int64_t cnt, int64_t row, int64_t oh,
+               int64_t ow, int64_t oc, int64_t y0, int64_t x0, int64_t cb) {
+    __m256 mm[8][8][2], tmp[8][8][2];
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    for (int a = 0; a < alpha; ++a)
+        for (int bb = 0; bb < alpha; ++bb)
+            for (int e = 0; e < vec; ++e) mm[a][bb][e] = WLOAD(m + ((a * alpha + bb) * cnt + row) * oc + cb + 8 * e);
+    for (int i = 0; i < n; ++i) /* tmp = At M */
+        for (int bb = 0; bb < alpha; ++bb)
+            for (int e = 0; e < vec; ++e) {
+                __m256 acc = _mm256_mul_ps(_mm256_set1_ps(at[i * alpha]), mm[0][bb][e]);
+                for (int a = 1; a < alpha; ++a) acc = _mm256_fmadd_ps(_mm256_set1_ps(at[i * alpha + a]), mm[a][bb][e], acc);
+                tmp[i][bb][e] = acc;
+            }
+    for (int e = 0; e < vec; ++e) {
+        __m256 bv = bias ? WLOAD(bias + cb + 8 * e) : zero;
+        for (int i = 0; i < n; ++i)
+            for (int j = 0; j < n; ++j) {
+                __m256 acc = bv;
+                for (int bb = 0; bb < alpha; ++bb)
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(at[j * alpha + bb]), tmp[i][bb][e], acc);
+                if (act >= 1) acc = _mm256_max_ps(acc, zero);
+                if (act == 2) acc = _mm256_min_ps(acc, six);
+                if (y0 + i < oh && x0 + j < ow) WSTORE(yb + ((y0 + i) * ow + x0 + j) * oc + cb + 8 * e, acc);
+            }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+wino_out_tiles(const int alpha, const int n, const float *m, const float *at, float *y, const float *bias,
+               int64_t act, int64_t cnt, int64_t th, int64_t tw, int64_t oh, int64_t ow, int64_t oc, int64_t r0,
+               int64_t t0, int64_t t1) {
+    int64_t tiles = th * tw, c8 = oc & ~(int64_t)7;
+    __m256i mask = lane_mask(oc - c8);
+    for (int64_t row = t0; row < t1; ++row) {
+        int64_t b = (r0 + row) / tiles, t = (r0 + row) % tiles, y0 = (t / tw) * n, x0 = (t % tw) * n;
+        float *yb = y + b * oh * ow * oc;
+        int64_t cb = 0;
+        for (; cb + 16 <= c8; cb += 16)
+            wino_out_block(alpha, n, 1, 2, m, at, yb, bias, act, mask, cnt, row, oh, ow, oc, y0, x0, cb);
+        for (; cb < c8; cb += 8) wino_out_block(alpha, n, 1, 1, m, at, yb, bias, act, mask, cnt, row, oh, ow, oc, y0, x0, cb);
+        if (c8 < oc) wino_out_block(alpha, n, 0, 1, m, at, yb, bias, act, mask, cnt, row, oh, ow, oc, y0, x0, c8);
+    }
+}
+#undef WLOAD
+#undef WSTORE
+
 #define F(i) ((float *)(intptr_t)s[i])
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -200,6 +391,66 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
         if (t < parts)
             im2col_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15],
                         t * rows / parts, (t + 1) * rows / parts);
+        return;
+    }
+    case STEP_POOL: { /* x y h w c oh ow kh kw sh sw pt pl is_max act rows: rows of nb x oh split */
+        int64_t rows = s[16], parts = MAX(1, MIN(T, rows));
+        if (t < parts) {
+            float *tmp = malloc((size_t)(s[4] * s[5] + 8) * sizeof(float));
+            if (!tmp) return; /* out of memory: the outputs keep what they held */
+            pool_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], (int)s[14],
+                      s[15], tmp, t * rows / parts, (t + 1) * rows / parts);
+            free(tmp);
+        }
+        return;
+    }
+    case STEP_ADD: { /* a b y count act: split in multiples of 64 floats */
+        int64_t cnt = s[4], blocks = (cnt + 63) / 64, parts = MAX(1, MIN(T, blocks));
+        if (t < parts) {
+            int64_t i0 = t * blocks / parts * 64, i1 = MIN(cnt, (t + 1) * blocks / parts * 64);
+            add_range(F(1), F(2), F(3), s[5], i0, i1);
+        }
+        return;
+    }
+    case STEP_COPY_CHANNELS: { /* src dst pixels c_in c_out offset: src's channels into dst's at offset */
+        int64_t px = s[3], cin = s[4], cout = s[5], parts = MAX(1, MIN(T, px));
+        const float *src = F(1);
+        float *dst = F(2) + s[6];
+        for (int64_t p = t * px / parts; t < parts && p < (t + 1) * px / parts; ++p)
+            memcpy(dst + p * cout, src + p * cin, (size_t)cin * sizeof(float));
+        return;
+    }
+    case STEP_WINOGRAD_IN: { /* x bt v n pt pl th tw alpha h w c r0 cnt: the block's tiles split */
+        int64_t cnt = s[14], parts = MAX(1, MIN(T, cnt)), alpha = s[9];
+        if (t >= parts) return;
+        int64_t t0 = t * cnt / parts, t1 = (t + 1) * cnt / parts;
+#define WIN(A) wino_in_tiles(A, F(1), F(2), F(3), cnt, s[4], s[5], s[6], s[7], s[8], s[10], s[11], s[12], s[13], t0, t1)
+        switch (alpha) {
+        case 4: WIN(4); break;
+        case 5: WIN(5); break;
+        case 6: WIN(6); break;
+        default: WIN((int)alpha); break;
+        }
+#undef WIN
+        return;
+    }
+    case STEP_WINOGRAD_PRODUCTS: { /* v up m positions cnt ic oc: m[p] = v[p] . U[p], positions split */
+        int64_t positions = s[4], cnt = s[5], ic = s[6], oc = s[7], panels = (oc + NR - 1) / NR;
+        int64_t parts = MAX(1, MIN(T, positions));
+        for (int64_t p = t * positions / parts; t < parts && p < (t + 1) * positions / parts; ++p)
+            leti_sgemm(cnt, oc, ic, F(1) + p * cnt * ic, ic, F(2) + p * panels * ic * NR, F(3) + p * cnt * oc, oc, 0, 0, 0);
+        return;
+    }
+    case STEP_WINOGRAD_OUT: { /* m at y bias act n alpha th tw oh ow oc r0 cnt: the block's tiles split */
+        int64_t cnt = s[14], parts = MAX(1, MIN(T, cnt)), alpha = s[7], n = s[6];
+        if (t >= parts) return;
+        int64_t t0 = t * cnt / parts, t1 = (t + 1) * cnt / parts;
+#define WOUT(A, N) wino_out_tiles(A, N, F(1), F(2), F(3), F(4), s[5], cnt, s[8], s[9], s[10], s[11], s[12], s[13], t0, t1)
+        if (alpha == 4 && n == 2) WOUT(4, 2);
+        else if (alpha == 5 && n == 3) WOUT(5, 3);
+        else if (alpha == 6 && n == 4) WOUT(6, 4);
+        else WOUT((int)alpha, (int)n);
+#undef WOUT
         return;
     }
     default: return;
