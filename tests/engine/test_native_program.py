@@ -124,11 +124,13 @@ def test_native_pooling_sums_and_concatenations(rng, threads, nb, c_in):
     q = c.add("avg_pool2d", inputs=[a], kernel=[3, 3], strides=[1, 1], padding="same")
     r = c.add("add", inputs=[p, q], activation="relu6")
     u = c.add("concat", inputs=[a, r, p], axis=-1)
+    u = c.add("pad", inputs=[u], pads=[[0, 0], [1, 2], [0, 1], [0, 0]])  # zeros around the map: a copy per image
     v = c.add("max_pool2d", inputs=[u], kernel=[3, 3], strides=[2, 2], padding="same")
     c.add("avg_pool2d", inputs=[v], kernel=[2, 3], strides=[2, 2], padding="same")
     g = c.graph()
     fused, single = _sessions(g, threads)
-    assert len(fused._program) == 1 and fused._program[0].steps == len(fused.steps) + 2  # concat: a record per input
+    # concat: a record per input; pad: one per image
+    assert len(fused._program) == 1 and fused._program[0].steps == len(fused.steps) + 2 + nb - 1
     for _ in range(2):
         x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
         a_, b_ = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]

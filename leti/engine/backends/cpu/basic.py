@@ -184,7 +184,12 @@ def pad(ctx: OpContext, be):
         outs[0].fill(value)
         np.copyto(outs[0][inner], ins[0])
 
-    return Execution(run)
+    def records(ins, outs, scratch):
+        return native.pad_nhwc(ins[0], outs[0], pads[1][0], pads[2][0])
+
+    spatial = (len(pads) == 4 and pads[0] == (0, 0) and pads[3] == (0, 0) and value == 0.0
+               and all(a >= 0 and b >= 0 for a, b in pads))  # zeros around an NHWC map: the program's copy
+    return Execution(run, native=records if spatial else None)
 
 
 @EXECUTIONS.register("softmax")

@@ -110,6 +110,14 @@ def winograd(x, bt, v, up, m, at, y, bias, has_bias: bool, act: int, n: int, pt,
              oc, r0, cnt]]
 
 
+def pad_nhwc(x, y, pt: int, pl: int) -> list[list[int]]:
+    """``y`` (N, HP, WP, C) = ``x`` (N, H, W, C) placed at ``(pt, pl)``, zeros around it: a record per image."""
+    nb, h, wd, c = x.shape
+    _, hp, wp, _ = y.shape
+    return [[PAD, _addr(x) + b * h * wd * c * 4, h, wd, c, _addr(y) + b * hp * wp * c * 4, hp, wp, pt, pl]
+            for b in range(nb)]
+
+
 def spatial_mean(x3, y2) -> list[list[int]]:
     """Global average pooling: ``y2[b, c]`` = the mean of ``x3[b, :, c]`` (N, H·W, C)."""
     nb, p, c = x3.shape
