@@ -168,8 +168,11 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
                 micro_h12(kc, a + i * lda + k0, lda, bp + (qh * k + k0) * NR, y + i * ldy + off, ldy, n - off, first,
                           last, bias ? bias + off : 0, res ? res + i * ldy + off : 0, act);
             }
-            for (int64_t i = 0; i < m; i += MR) {
-                int64_t rows = m - i < MR ? m - i : MR;
+            /* rows in balanced tiles of at most MR: 49 rows as 5 x 5 + 4 x 6 rather than 8 x 6 + a one-row tile that
+             * loads two vectors of B per two FMAs (a 7x7 map's products 1.5-5 % faster alone, others unchanged) */
+            for (int64_t i = 0, rows; i < m; i += rows) {
+                int64_t left = m - i, tiles_left = (left + MR - 1) / MR;
+                rows = i < mh ? MR : (left + tiles_left - 1) / tiles_left; /* below mh: whole tiles (mh is a multiple) */
                 const float *ai = a + i * lda + k0;
                 for (int64_t q = q0; q < (i < mh ? qh : q1); ++q) {
                     int64_t nr = n - q * NR < NR ? n - q * NR : NR;
