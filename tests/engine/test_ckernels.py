@@ -31,6 +31,26 @@ def test_pack_lays_out_zero_padded_aligned_panels(rng):
     np.testing.assert_array_equal(ckernels.pad_bias(np.arange(20, dtype=np.float32), 20)[18:], [18, 19] + [0] * 12)
 
 
+def test_large_packs_come_from_huge_page_chunks_without_overlap(rng):
+    """Packs of POOL_MIN bytes and more are carved from 2 MiB-aligned chunks, 64-byte aligned, one after another;
+    small ones stay on the heap; a pack larger than a chunk gets a chunk of its own."""
+    pool = ckernels._HugePagePool()
+    a, b = pool.take(ckernels.POOL_MIN + 4), pool.take(3 * ckernels.POOL_MIN)
+    if a is None:
+        pytest.skip("no madvise(MADV_HUGEPAGE) here: packs stay on the heap")
+    chunk = a.base
+    assert chunk.ctypes.data % pool.HUGE == 0 and b.base is chunk
+    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
+    assert b.ctypes.data >= a.ctypes.data + a.size  # no overlap
+    big = pool.take(pool.CHUNK + 1)
+    assert big.size == pool.CHUNK + 1 and big.base is not chunk and big.base.size >= pool.CHUNK + 1
+    w = rng.standard_normal((300, 400)).astype(np.float32)  # 300 x 25 panels x 16 floats: from the pool
+    p = ckernels.pack(w)
+    assert p.nbytes >= ckernels.POOL_MIN and p.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(p.transpose(1, 0, 2).reshape(300, 400), w)
+    assert ckernels.pack(w[:4, :16]).nbytes < ckernels.POOL_MIN  # small: the heap
+
+
 @needs_leti
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("rows, k, n", [

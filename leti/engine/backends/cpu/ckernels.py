@@ -29,11 +29,13 @@ without a C compiler, or with ``LETI_BLAS=mkl`` / ``LETI_BLAS=openblas``; the en
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -152,8 +154,64 @@ def program_runner():
     return fn, bool(lib.leti_program_threads_supported())
 
 
+class _HugePagePool:
+    """Packed weights of at least :data:`POOL_MIN` bytes, carved from 2 MiB-aligned anonymous mappings advised
+    ``MADV_HUGEPAGE`` (this host's transparent huge pages are ``madvise``-only).
+
+    A network's weights are cold at every inference (last read one inference ago) and stream from memory: with 4 KiB
+    pages every page is a TLB miss and the hardware prefetcher stops at each page's end. From huge pages, one thread:
+    MobileNet v1 11.84 -> 11.59 ms, an NB101 network 8.48 -> 8.01, ResNet50 54.4 -> 54.0 (interleaved, medians of 12
+    rounds; the batch-1 classifier 1024 x 1000 alone after a cache flush 0.22 -> 0.17-0.19 ms). Chunks of
+    :data:`CHUNK` bytes are mapped as needed and handed out in order, so only a chunk's last, partly used huge page
+    is waste; a chunk is unmapped once no array carved from it is left. Where mappings cannot be advised (not Linux),
+    ``take`` returns None and the heap is used."""
+
+    CHUNK = 32 << 20
+    HUGE = 2 << 20
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._buf: np.ndarray | None = None
+        self._used = 0
+
+    def take(self, nbytes: int) -> np.ndarray | None:
+        """``nbytes`` of uint8, 64-byte aligned, or None."""
+        need = -(-nbytes // 64) * 64
+        with self._lock:
+            if self._buf is None or self._used + need > self._buf.size:
+                self._buf = self._map(max(self.CHUNK, -(-need // self.HUGE) * self.HUGE))
+                self._used = 0
+                if self._buf is None:
+                    return None
+            out = self._buf[self._used:self._used + nbytes]
+            self._used += need
+            return out
+
+    def _map(self, size: int) -> np.ndarray | None:
+        advise = getattr(mmap, "MADV_HUGEPAGE", None)
+        if advise is None:
+            return None
+        try:
+            m = mmap.mmap(-1, size + self.HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            raw = np.frombuffer(m, dtype=np.uint8)
+            off = -raw.ctypes.data % self.HUGE
+            m.madvise(advise, off, size)
+        except (OSError, ValueError):
+            return None
+        return raw[off:off + size]
+
+
+_pool = _HugePagePool()
+#: packed arrays from this many bytes up come from huge pages (:class:`_HugePagePool`)
+POOL_MIN = 256 << 10
+
+
 def _aligned(shape: tuple[int, ...]) -> np.ndarray:
     size = int(np.prod(shape))
+    if size * 4 >= POOL_MIN:
+        buf = _pool.take(size * 4)
+        if buf is not None:
+            return buf.view(np.float32).reshape(shape)
     buf = np.empty(size + ALIGN // 4, dtype=np.float32)
     off = (-buf.ctypes.data % ALIGN) // 4
     return buf[off:off + size].reshape(shape)
