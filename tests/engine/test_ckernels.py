@@ -163,6 +163,7 @@ def _dw_ref(x, w, b, stride, dil, pads, out_hw, act):
     (1, 7, 20, 24, (2, 2), (1, 1), (1, 1)),   # stride 2 on an even width: no right border column
     (1, 5, 1, 8, (1, 1), (1, 1), (1, 1)),     # one column: windows clipped on both sides (the tap-by-tap path)
     (1, 4, 9, 1024, (1, 1), (1, 1), (1, 1)),  # pixels 4 KiB apart: strips over two channel blocks at a time
+    (1, 3, 10, 256, (1, 1), (1, 1), (1, 1)),  # 1 KiB apart: two blocks at a time too
 ])
 def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride, dil, pads):
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti

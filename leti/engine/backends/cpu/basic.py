@@ -7,8 +7,8 @@ import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
+from leti.engine.backends.cpu import ckernels, native
 from leti.engine.backends.cpu import kernels as K
-from leti.engine.backends.cpu import native
 from leti.engine.backends.cpu.conv import gemm_runner
 from leti.engine.backends.cpu.pooling import pool2d, pool_direct
 from leti.engine.ops.batch_norm import scale_shift
@@ -37,7 +37,7 @@ def fully_connected(ctx: OpContext, be):
     act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
     rows = int(np.prod(ctx.in_shapes[0])) // k
     if rows == 1:  # batch 1: a matrix-vector product, split over the outputs
-        wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
+        wt = ckernels.aligned_copy(np.asarray(w, dtype=np.float32).T)  # streamed once per run: huge pages
 
         def run_gemv(ins, outs, scratch):
             K.gemv_bias_act(ins[0].reshape(k), wt, outs[0].reshape(n), b, bias is not None, act)

@@ -217,6 +217,13 @@ def _aligned(shape: tuple[int, ...]) -> np.ndarray:
     return buf[off:off + size].reshape(shape)
 
 
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 copy of ``a``, 32-byte aligned, from huge pages when large (weights a kernel streams)."""
+    out = _aligned(tuple(a.shape))
+    out[...] = a
+    return out
+
+
 def pack(w: np.ndarray) -> np.ndarray:
     """Weights ``w`` (k × n) as the kernel reads them: ``(ceil(n/16), k, 16)``, zero-padded, 32-byte aligned.
     A stack of matrices ``(P, k, n)`` packs to ``(P, ceil(n/16), k, 16)`` (each one aligned too)."""

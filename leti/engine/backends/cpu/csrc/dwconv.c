@@ -70,8 +70,9 @@ static inline __attribute__((always_inline)) void dw_strip(float *out, const flo
  * lines are read for the first block and at once again for the second. With one block at a time the second half of
  * each line came back a channel block later, after the strip's 18 other lines; when a pixel is a multiple of 2 KiB
  * (512 or 1024 channels) all of them fall into one or two L1 sets of 8 ways and the line was gone (alone, a C harness:
- * 14x14x512 0.064 -> 0.051 ms, 7x7x1024 0.061 -> 0.050). Elsewhere it is 10 % slower than one block at a time
- * (56x56x144: 0.127 -> 0.142 ms), so only such channel counts take it. */
+ * 14x14x512 0.064 -> 0.051 ms, 7x7x1024 0.061 -> 0.050); at 1 KiB (256 channels: four sets) too, 28x28x256 0.070 ->
+ * 0.067. Elsewhere it is 10 % slower than one block at a time (56x56x144: 0.127 -> 0.142 ms; 56x56x128, a 512-byte
+ * pixel: 0.107 -> 0.116), so only such channel counts take it. */
 static inline __attribute__((always_inline)) void dw_strip2(float *out, const float *x0, const float *x1,
                                                             const float *x2, int64_t c, const float *wt, __m256 b0,
                                                             __m256 b1, int64_t act, int I0, int I1) {
@@ -100,7 +101,7 @@ static inline __attribute__((always_inline)) int64_t dw_strips(float *yr, const 
     for (; xs + 4 <= xb; xs += 4) {
         int64_t s = (xs - pl) * c;
         int64_t cb = 0;
-        for (; c % 512 == 0 && cb + 16 <= cfull; cb += 16) {  /* pixels a multiple of 2 KiB apart */
+        for (; c % 256 == 0 && cb + 16 <= cfull; cb += 16) {  /* pixels a multiple of 1 KiB apart */
             __m256 b0 = bias ? _mm256_loadu_ps(bias + cb) : _mm256_setzero_ps();
             __m256 b1 = bias ? _mm256_loadu_ps(bias + cb + 8) : _mm256_setzero_ps();
             dw_strip2(yr + xs * c + cb, x0 + s + cb, x1 + s + cb, x2 + s + cb, c, w + cb, b0, b1, act, I0, I1);
