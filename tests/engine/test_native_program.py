@@ -181,6 +181,23 @@ def test_an_op_without_records_splits_the_program(rng):
     assert rel_err(s.run({"x": x})[g.outputs[0]], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
 
 
+@needs_program
+def test_a_strided_constant_operand_keeps_its_run_step_by_step(rng):
+    """A kernel reads its operands in place as C-ordered float32: a run with a strided constant (here a transposed
+    view concatenated to a map) is not made a program, and the steps give the right answer one by one."""
+    c = _Chain((1, 4, 5, 6), rng)
+    a = c.add("conv2d", [c.w(1, 1, 6, 3), c.w(3)], padding="same")
+    strided = np.ascontiguousarray(rng.standard_normal((2, 5, 4, 1)).astype(np.float32)).transpose(3, 2, 1, 0)
+    assert not strided.flags.c_contiguous
+    k = c.g.add_constant("strided", strided)
+    c.add("concat", inputs=[a, k], axis=-1)
+    g = c.graph()
+    s = Session(g, backends=(CPUBackend(threads=1),)).resize()
+    assert not any(isinstance(p, Program) for p in s._program)
+    x = rng.standard_normal((1, 4, 5, 6)).astype(np.float32)
+    assert rel_err(s.run({"x": x})[g.outputs[0]], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-5
+
+
 def test_a_library_built_without_openmp_runs_steps_one_by_one(monkeypatch, tmp_path, rng):
     """A compiler without OpenMP still builds the kernels; programs are then not made (they would run on one thread)."""
     if ckernels._cpu_supported():

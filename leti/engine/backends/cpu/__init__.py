@@ -87,9 +87,12 @@ class CPUBackend(Backend):
         if runner is None or not runner[1]:
             return None
         records = []
-        for st in steps:
-            if not st.execution.alias:
-                records.extend(st.execution.native(st.in_views, st.out_views, st.scratch_views))
+        try:
+            for st in steps:
+                if not st.execution.alias:
+                    records.extend(st.execution.native(st.in_views, st.out_views, st.scratch_views))
+        except ValueError:  # an operand the kernels cannot read in place (a strided constant): step by step
+            return None
         return native.Program(records, runner[0]) if records else None
 
     def close(self) -> None:

@@ -22,7 +22,12 @@ RECORD = 20
 
 
 def _addr(a: np.ndarray | None) -> int:
-    return 0 if a is None else a.ctypes.data
+    """The address of ``a``'s first element (0 for None); a kernel reads it as C-ordered float32."""
+    if a is None:
+        return 0
+    if a.dtype != np.float32 or not a.flags.c_contiguous:
+        raise ValueError(f"a native step needs C-contiguous float32, got {a.dtype} with strides {a.strides}")
+    return a.ctypes.data
 
 
 def _ld(a: np.ndarray) -> int:
