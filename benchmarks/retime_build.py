@@ -3,6 +3,11 @@ change can have moved, measured with the build's own protocol and stored in plac
 ``--add TYPE=N``: N more kernels of one type drawn by the build's sampler (a type the build left thin); and
 ``--networks-total N``: more calibration networks, up to N in all.
 
+Every ratio is to the build's reference kernel, and the store converts ratios to milliseconds with one build-wide
+reference time (the median of the items' reference means): a change that moves the reference itself (session 18:
+the engine's native programs made the reference convolution 1.8x faster) needs every item re-timed, the
+calibration chains and the probes included (``--calibration --probes``).
+
 Why: a kernel build is ~45 minutes of measurement. When the engine changes in a way that moves only some kernels
 (session 15: the GEMM fetches the next panel of weights ahead, which speeds up products whose weights are not in
 the core's caches), re-timing those kernels and the calibration networks keeps the rest of the build, whose
@@ -70,6 +75,9 @@ def main(argv=None) -> int:
                     help="re-time the stride-1 square-window convolutions whose Winograd tiles take more than one "
                          "pass under the engine's tile blocks (leti.engine.backends.cpu.conv.winograd_block)")
     ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
+    ap.add_argument("--calibration", action="store_true", help="re-time every calibration chain")
+    ap.add_argument("--probes", action="store_true",
+                    help="re-time the near-empty probes (the per-invoke cost subtracted from every kernel)")
     ap.add_argument("--add", action="append", default=[], metavar="TYPE=N",
                     help="draw N more kernels of TYPE with the build's sampler and measure them (repeatable)")
     ap.add_argument("--networks-total", type=int, default=None, metavar="N",
@@ -105,6 +113,10 @@ def main(argv=None) -> int:
                 todo.append(("kernel", r, r["ratio"]))
         if args.networks:
             todo += [("network", r, r["ratio"]) for r in store.measured("network").to_dict("records")]
+        if args.calibration:
+            todo += [("calibration", r, r["ratio"]) for r in store.measured("calibration").to_dict("records")]
+        if args.probes:
+            todo += [("probe", r, r["ratio"]) for r in store.measured("probe").to_dict("records")]
         if args.add:
             sampler, rng = KernelSampler(), np.random.default_rng(args.seed)
             for spec in args.add:
@@ -127,8 +139,13 @@ def main(argv=None) -> int:
         for i, (kind, r, old) in enumerate(todo):
             start = time.perf_counter()
             try:
-                timed = (bench.network(r["config"]["params"], stem=r["name"]) if kind.endswith("network") else
-                         bench.kernel(KernelConfig.from_dict(r["config"]), seed=int(r["id"]), stem=r["name"]))
+                if kind.endswith("network"):
+                    timed = bench.network(r["config"]["params"], stem=r["name"])
+                elif kind == "calibration":
+                    timed = bench.chain([KernelConfig.from_dict(d) for d in r["config"]["steps"]],
+                                        seed=int(r["config"]["seed"]), stem=r["name"])
+                else:
+                    timed = bench.kernel(KernelConfig.from_dict(r["config"]), seed=int(r["id"]), stem=r["name"])
             except Exception as exc:  # noqa: BLE001 - one model that cannot be built or run is reported, not fatal
                 msg = f"{type(exc).__name__}: {str(exc)[:300]}"
                 if old is None:  # a new kernel: recorded as failed, as the build records it
