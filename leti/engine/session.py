@@ -241,9 +241,9 @@ class Session:
             j = i
             while j < len(steps) and self._native(steps[j], st.backend):
                 j += 1
-            fn = st.backend.native_program(steps[i:j]) if j > i else None
-            if fn is not None:  # a run of C-kernel steps: one native program (CPU)
-                prog.append(fn)
+            if j > i:  # a run of C-kernel steps (CPU): one native program, or the steps one by one if it declines
+                fn = st.backend.native_program(steps[i:j])
+                prog += [fn] if fn is not None else steps[i:j]
                 i = j
                 continue
             capture = getattr(st.backend, "capture", None) if self.graphs and st.copy_from is None else None

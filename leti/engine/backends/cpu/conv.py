@@ -176,13 +176,19 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
         v_bytes, m_bytes = alpha * alpha * block * ic * 4, alpha * alpha * block * oc * 4
         pt, pl = pads[0], pads[2]
 
-        def records(ins, outs, scratch):
-            x, y = ins[0], outs[0]
-            out = []
+        def tile_blocks(scratch):
+            """``(r0, v, m)`` per block of tiles (one when the tiles fit a block): the transformed inputs and products
+            of tiles ``r0 ..`` as views of the two scratch buffers."""
             for r0 in range(0, tiles, block):
                 cnt = min(block, tiles - r0)
                 v = scratch[0][:alpha * alpha * cnt * ic * 4].view(np.float32).reshape(alpha * alpha, cnt, ic)
                 m = scratch[1][:alpha * alpha * cnt * oc * 4].view(np.float32).reshape(alpha * alpha, cnt, oc)
+                yield r0, v, m
+
+        def records(ins, outs, scratch):
+            x, y = ins[0], outs[0]
+            out = []
+            for r0, v, m in tile_blocks(scratch):
                 out += native.winograd(x, bt_plain, v, up, m, at_plain, y, bias, has_bias, post_act, n, pt, pl, th, tw,
                                        r0)
             if res:
@@ -191,10 +197,7 @@ def conv2d(ctx: OpContext, be) -> Execution | None:
 
         def run_winograd(ins, outs, scratch):
             threads = numba.get_num_threads()
-            for r0 in range(0, tiles, block):  # one pass when the tiles fit a block
-                cnt = min(block, tiles - r0)
-                v = scratch[0][:alpha * alpha * cnt * ic * 4].view(np.float32).reshape(alpha * alpha, cnt, ic)
-                m = scratch[1][:alpha * alpha * cnt * oc * 4].view(np.float32).reshape(alpha * alpha, cnt, oc)
+            for r0, v, m in tile_blocks(scratch):
                 WT.winograd_input(ins[0], bt32, v, n, pt, pl, th, tw, threads, r0)
                 products(v, m)
                 WT.winograd_output(m, at32, outs[0], bias, has_bias, post_act, th, tw, threads, r0)

@@ -101,14 +101,14 @@ static void gemv_rows(const float *x, const float *wt, float *y, const float *bi
             float v = ((t[q][0] + t[q][4]) + (t[q][1] + t[q][5])) + ((t[q][2] + t[q][6]) + (t[q][3] + t[q][7]));
             for (int64_t j = k8; j < k; ++j) v += x[j] * wt[(o + q) * k + j];
             if (bias) v += bias[o + q];
-            y[o + q] = act >= 1 ? (v < 0.0f ? 0.0f : (act == 2 && v > 6.0f ? 6.0f : v)) : v;
+            y[o + q] = activate1(v, act);
         }
     }
     for (; o < o1; ++o) {
         float v = 0.0f;
         for (int64_t j = 0; j < k; ++j) v += x[j] * wt[o * k + j];
         if (bias) v += bias[o];
-        y[o] = act >= 1 ? (v < 0.0f ? 0.0f : (act == 2 && v > 6.0f ? 6.0f : v)) : v;
+        y[o] = activate1(v, act);
     }
 }
 
@@ -139,15 +139,11 @@ static inline __attribute__((always_inline)) __m256 pool_op(__m256 a, __m256 b, 
     return is_max ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b);
 }
 
-static inline float act1(float v, int64_t act) {
-    return act >= 1 ? (v < 0.0f ? 0.0f : (act == 2 && v > 6.0f ? 6.0f : v)) : v;
-}
-
 /* dst[t] = op over k < taps of src[t + k * step] (times scale for an average), t < cnt: one vector loop over a contiguous
  * run, as the numba kernel's (pooling.py) */
 static inline __attribute__((always_inline)) void
 fold(float *dst, const float *src, int64_t step, int64_t taps, int64_t cnt, int is_max, float scale, int64_t act) {
-    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f), sv = _mm256_set1_ps(scale);
+    const __m256 sv = _mm256_set1_ps(scale);
     int64_t t = 0;
     for (; t + 8 <= cnt; t += 8) {
         __m256 v = _mm256_loadu_ps(src + t);
@@ -157,14 +153,12 @@ fold(float *dst, const float *src, int64_t step, int64_t taps, int64_t cnt, int 
         } else
             for (int64_t k = 1; k < taps; ++k) v = pool_op(v, _mm256_loadu_ps(src + k * step + t), is_max);
         if (!is_max && scale != 1.0f) v = _mm256_mul_ps(v, sv);
-        if (act >= 1) v = _mm256_max_ps(v, zero);
-        if (act == 2) v = _mm256_min_ps(v, six);
-        _mm256_storeu_ps(dst + t, v);
+        _mm256_storeu_ps(dst + t, activate(v, act));
     }
     for (; t < cnt; ++t) {
         float v = src[t];
         for (int64_t k = 1; k < taps; ++k) v = is_max ? (src[k * step + t] > v ? src[k * step + t] : v) : v + src[k * step + t];
-        dst[t] = act1(is_max ? v : v * scale, act);
+        dst[t] = activate1(is_max ? v : v * scale, act);
     }
 }
 
@@ -206,15 +200,10 @@ static void pool_rows(const float *x, float *y, int64_t h, int64_t w, int64_t c,
 
 /* y[i] = act(a[i] + b[i]) for i in i0..i1-1 */
 static void add_range(const float *a, const float *b, float *y, int64_t act, int64_t i0, int64_t i1) {
-    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
     int64_t i = i0;
-    for (; i + 8 <= i1; i += 8) {
-        __m256 v = _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
-        if (act >= 1) v = _mm256_max_ps(v, zero);
-        if (act == 2) v = _mm256_min_ps(v, six);
-        _mm256_storeu_ps(y + i, v);
-    }
-    for (; i < i1; ++i) y[i] = act1(a[i] + b[i], act);
+    for (; i + 8 <= i1; i += 8)
+        _mm256_storeu_ps(y + i, activate(_mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), act));
+    for (; i < i1; ++i) y[i] = activate1(a[i] + b[i], act);
 }
 
 /* Winograd F(n x n, k x k), alpha = n + k - 1 <= 8, as winograd_transforms.py (the numba kernels): the input
@@ -222,6 +211,15 @@ static void add_range(const float *a, const float *b, float *y, int64_t act, int
  * (ty*n - pt, tx*n - pl), zero outside) into v[(a*alpha + b)][t][c] = (Bt d B)[a][b]; bt is Bt, alpha x alpha
  * row-major. Eight channels at a time (full: a whole vector, else masked), alpha and full compile-time constants
  * once inlined so that every loop below unrolls. */
+/* sum over k < len of f[k] * s[k * stride] (plus *init when given): one row of a transform's small matrix against
+ * len vectors */
+static inline __attribute__((always_inline)) __m256 taps(const float *f, const __m256 *s, int stride, int len,
+                                                         const __m256 *init) {
+    __m256 acc = init ? _mm256_fmadd_ps(_mm256_set1_ps(f[0]), s[0], *init) : _mm256_mul_ps(_mm256_set1_ps(f[0]), s[0]);
+    for (int k = 1; k < len; ++k) acc = _mm256_fmadd_ps(_mm256_set1_ps(f[k]), s[k * stride], acc);
+    return acc;
+}
+
 #define WLOAD(p) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), mask))
 #define WSTORE(p, v) (full ? _mm256_storeu_ps((p), (v)) : _mm256_maskstore_ps((p), mask, (v)))
 
@@ -241,18 +239,11 @@ wino_in_block(const int alpha, const int full, const int inside, const int vec, 
         }
     for (int a = 0; a < alpha; ++a) /* tmp = Bt d */
         for (int j = 0; j < alpha; ++j)
-            for (int e = 0; e < vec; ++e) {
-                __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[a * alpha]), d[0][j][e]);
-                for (int i = 1; i < alpha; ++i) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[a * alpha + i]), d[i][j][e], acc);
-                tmp[a][j][e] = acc;
-            }
+            for (int e = 0; e < vec; ++e) tmp[a][j][e] = taps(bt + a * alpha, &d[0][j][e], 16, alpha, 0);
     for (int a = 0; a < alpha; ++a) /* v = tmp B */
         for (int bb = 0; bb < alpha; ++bb)
-            for (int e = 0; e < vec; ++e) {
-                __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[bb * alpha]), tmp[a][0][e]);
-                for (int j = 1; j < alpha; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[bb * alpha + j]), tmp[a][j][e], acc);
-                WSTORE(v + ((a * alpha + bb) * cnt + row) * c + cb + 8 * e, acc);
-            }
+            for (int e = 0; e < vec; ++e)
+                WSTORE(v + ((a * alpha + bb) * cnt + row) * c + cb + 8 * e, taps(bt + bb * alpha, &tmp[a][0][e], 2, alpha, 0));
 }
 
 static inline __attribute__((always_inline)) void
@@ -280,26 +271,18 @@ wino_out_block(const int alpha, const int n, const int full, const int vec, cons
                float *yb, const float *bias, int64_t act, __m256i mask, int64_t cnt, int64_t row, int64_t oh,
                int64_t ow, int64_t oc, int64_t y0, int64_t x0, int64_t cb) {
     __m256 mm[8][8][2], tmp[8][8][2];
-    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    const __m256 zero = _mm256_setzero_ps();
     for (int a = 0; a < alpha; ++a)
         for (int bb = 0; bb < alpha; ++bb)
             for (int e = 0; e < vec; ++e) mm[a][bb][e] = WLOAD(m + ((a * alpha + bb) * cnt + row) * oc + cb + 8 * e);
     for (int i = 0; i < n; ++i) /* tmp = At M */
         for (int bb = 0; bb < alpha; ++bb)
-            for (int e = 0; e < vec; ++e) {
-                __m256 acc = _mm256_mul_ps(_mm256_set1_ps(at[i * alpha]), mm[0][bb][e]);
-                for (int a = 1; a < alpha; ++a) acc = _mm256_fmadd_ps(_mm256_set1_ps(at[i * alpha + a]), mm[a][bb][e], acc);
-                tmp[i][bb][e] = acc;
-            }
+            for (int e = 0; e < vec; ++e) tmp[i][bb][e] = taps(at + i * alpha, &mm[0][bb][e], 16, alpha, 0);
     for (int e = 0; e < vec; ++e) {
         __m256 bv = bias ? WLOAD(bias + cb + 8 * e) : zero;
         for (int i = 0; i < n; ++i)
             for (int j = 0; j < n; ++j) {
-                __m256 acc = bv;
-                for (int bb = 0; bb < alpha; ++bb)
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(at[j * alpha + bb]), tmp[i][bb][e], acc);
-                if (act >= 1) acc = _mm256_max_ps(acc, zero);
-                if (act == 2) acc = _mm256_min_ps(acc, six);
+                __m256 acc = activate(taps(at + j * alpha, &tmp[i][0][e], 2, alpha, &bv), act);
                 if (y0 + i < oh && x0 + j < ow) WSTORE(yb + ((y0 + i) * ow + x0 + j) * oc + cb + 8 * e, acc);
             }
     }
@@ -381,7 +364,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     case STEP_GEMV: { /* x wt y bias k n act: outputs split in multiples of 4 */
         int64_t n = s[6], parts = MAX(1, MIN(T, n / 4));
         if (t < parts) {
-            int64_t o0 = t == 0 ? 0 : (t * n / parts) & ~(int64_t)3, o1 = t == parts - 1 ? n : ((t + 1) * n / parts) & ~(int64_t)3;
+            int64_t o0 = (t * n / parts) & ~(int64_t)3, o1 = t == parts - 1 ? n : ((t + 1) * n / parts) & ~(int64_t)3;
             gemv_rows(F(1), F(2), F(3), F(4), s[5], s[7], o0, o1);
         }
         return;

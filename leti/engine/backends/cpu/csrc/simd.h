@@ -17,4 +17,11 @@ static inline __attribute__((always_inline)) __m256 activate(__m256 v, int64_t a
     return v;
 }
 
+/* the same for one float */
+static inline float activate1(float v, int64_t act) {
+    if (act >= 1 && v < 0.0f) v = 0.0f;
+    if (act == 2 && v > 6.0f) v = 6.0f;
+    return v;
+}
+
 #endif
