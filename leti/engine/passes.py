@@ -232,11 +232,12 @@ def optimize(g: Graph) -> tuple[Graph, dict[str, int]]:
 
 def inplace_candidates(g: Graph) -> dict[str, tuple[int, ...]]:
     """For each node, the inputs whose buffer its output may take over (same shape and dtype, not a
-    constant); the planner grants it only when that node is the input's last reader."""
+    constant, not read again by the node at another position: ``add_n(a, b, a)`` written into ``a``'s buffer would
+    read the partial sum as its third term); the planner grants it only when that node is the input's last reader."""
     out = {}
     for n in g.nodes:
         cand = tuple(i for i in ops.get(n.op).inplace
-                     if i < len(n.inputs) and not g.is_constant(n.inputs[i])
+                     if i < len(n.inputs) and not g.is_constant(n.inputs[i]) and n.inputs.count(n.inputs[i]) == 1
                      and g.tensors[n.inputs[i]].shape == g.tensors[n.outputs[0]].shape
                      and g.tensors[n.inputs[i]].dtype == g.tensors[n.outputs[0]].dtype)
         if cand:

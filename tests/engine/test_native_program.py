@@ -220,3 +220,91 @@ def test_a_library_built_without_openmp_runs_steps_one_by_one(monkeypatch, tmp_p
         ckernels.library.cache_clear()
         ckernels.program_runner.cache_clear()
         ckernels.library()
+
+
+def _all_in_one_program(fused):
+    assert len(fused._program) == 1 and isinstance(fused._program[0], Program), \
+        [getattr(p, "op", "program") for p in fused._program]
+
+
+def _same_as_steps_and_reference(g, fused, single, rng, rtol=1e-5):
+    for _ in range(2):
+        x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32) * 2
+        a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
+        assert np.allclose(a, b, rtol=rtol, atol=1e-6), np.max(np.abs(a - b))
+        assert rel_err(a, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("nb", [1, 2])
+def test_native_activations_and_broadcast_products(rng, threads, nb):
+    """Activations as ops of their own (sigmoid, hard-swish, hard-sigmoid, relu6, relu), a squeeze-excite product
+    (a channel vector per image: at batch 2 each image its own), a product by a scalar, a sum with a channel vector,
+    a same-shape product (swish) and an unfolded batch norm: each a record of csrc/pointwise.c, all in one program.
+    20 channels: two vectors and a masked tail."""
+    c = _Chain((nb, 9, 11, 20), rng)
+    x = c.add("conv2d", [c.w(1, 1, 20, 20), c.w(20)], padding="same")
+    s = c.add("sigmoid")
+    c.add("mul", inputs=[x, s])  # swish
+    h = c.add("hard_swish")
+    c.add("mean", axes=[1, 2], keepdims=True)
+    c.add("hard_sigmoid", alpha=0.2, beta=0.5)
+    c.add("mul", inputs=[c.last, h])  # the squeeze-excite scaling, the vector first
+    c.add("mul", [np.float32(0.7)])
+    c.add("add", [c.w(1, 1, 1, 20)], activation="relu6")
+    c.add("sigmoid")
+    c.add("batch_norm", [c.w(20) + 1, c.w(20), c.w(20), np.abs(c.w(20)) + 0.5], epsilon=1e-3)
+    c.add("relu")
+    c.add("relu6")
+    g = c.graph()
+    fused, single = _sessions(g, threads)
+    _all_in_one_program(fused)
+    assert {"sigmoid", "hard_swish", "hard_sigmoid", "mul", "batch_norm", "relu", "relu6"} <= {
+        st.op for st in fused.steps}
+    _same_as_steps_and_reference(g, fused, single, rng)
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k, stride, dilation, ch, padding", [
+    (5, 1, 1, 20, "same"), (5, 2, 1, 72, "same"), (7, 2, 1, 13, "same"), (5, 1, 2, 16, "same"), (7, 1, 1, 8, "valid"),
+    (3, 1, 1, 8, "same")])
+def test_native_depthwise_of_any_window(rng, threads, k, stride, dilation, ch, padding):
+    """Depthwise windows other than the 3×3 kernel's (and a 3×3 with its kernel forced out: the generic loop's strips
+    of four interior pixels and its border pixels), at batch 2, against the numba kernel and the reference."""
+    c = _Chain((2, 15, 18, ch), rng)
+    c.add("depthwise_conv2d", [c.w(k, k, ch), c.w(ch)], strides=[stride, stride], dilations=[dilation, dilation],
+          padding=padding, activation="relu6")
+    g = c.graph()
+    fused, single = _sessions(g, threads)
+    _all_in_one_program(fused)
+    if k == 3:  # the generic record on a 3x3 window
+        from leti.engine.backends.cpu import native
+        st = fused.steps[0]
+        w = g.constants[st.inputs[1]]
+        rec = native.dwconv(st.in_views[0], w, g.constants[st.inputs[2]], True, st.out_views[0], 1, 1, 1, 1, 1, 1, 2)
+        assert rec[0][0] == native.DWCONV_K
+        fused._program = [Program(rec, ckernels.program_runner()[0])]
+    _same_as_steps_and_reference(g, fused, single, rng)
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_channel_shuffle_slices_sums_and_concat(rng, threads):
+    """ShuffleNet's channel shuffle (a swap of the last two axes between reshapes), channel slices, a sum of three
+    tensors with an activation and a concatenation with one: one program. (The sum reads its first input twice: its
+    output must not take over that buffer, passes.inplace_candidates; before, both paths gave a wrong sum.)"""
+    c = _Chain((2, 6, 5, 28), rng)
+    c.add("conv2d", [c.w(1, 1, 28, 28), c.w(28)], padding="same")
+    c.add("reshape", shape=[2, 6, 5, 2, 14])
+    c.add("transpose", perm=[0, 1, 2, 4, 3])
+    t = c.add("reshape", shape=[2, 6, 5, 28])
+    a = c.add("slice", inputs=[t], begin=[0, 0, 0, 0], size=[-1, -1, -1, 14])
+    b = c.add("slice", inputs=[t], begin=[0, 0, 0, 14], size=[-1, -1, -1, 14])
+    s = c.add("add_n", inputs=[a, b, a], activation="relu")
+    c.add("concat", inputs=[s, b], axis=-1, activation="relu6")
+    g = c.graph()
+    fused, single = _sessions(g, threads)
+    _all_in_one_program(fused)
+    _same_as_steps_and_reference(g, fused, single, rng)

@@ -71,8 +71,16 @@ def test_inplace_candidates(rng):
     g = _chain_graph(rng)
     opt, _ = passes.optimize(g)
     cand = passes.inplace_candidates(opt)
-    assert cand["s3"] == (0,)  # add_n may reuse its first input
+    n = next(n for n in opt.nodes if n.outputs == ["s3"])
+    assert n.op == "add_n" and n.inputs.count("r") > 1
+    assert "s3" not in cand  # its first input read again: written in place, the later terms would read partial sums
     assert "r" not in cand  # conv is not element-wise
+    g2 = Graph()
+    for t in ("a", "b", "y"):
+        g2.add_tensor(t, (1, 4, 4, 8))
+    g2.inputs, g2.outputs = ["a", "b"], ["y"]
+    g2.add_node("add_n", ["a", "b"], ["y"], name="s")
+    assert passes.inplace_candidates(g2) == {"s": (0,)}  # distinct inputs: the first one's buffer may be reused
 
 
 def _residual_block(rng, conv_act="none", bias=True, extra_reader=False, k=1):

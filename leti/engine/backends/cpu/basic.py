@@ -3,6 +3,8 @@ pooling (:mod:`.pooling`) and the LSTM recurrence."""
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -81,6 +83,39 @@ def _pool(is_max: bool):
     return factory
 
 
+def _broadcast(in_shapes, out_shape):
+    """How a sum or product of two inputs reads them in a program (:func:`native.binary`): ``(full, mode, bstride)``
+    with ``full`` the input of the output's shape and the other one of the same shape (mode 0), a channel vector per
+    image or for all (1) or a scalar (2); None for any other broadcast."""
+    out = tuple(out_shape)
+    shapes = [tuple(s) for s in in_shapes]
+    if len(shapes) != 2 or len(out) < 1:
+        return None
+    for full in (0, 1):
+        if shapes[full] != out:
+            continue
+        other = shapes[1 - full]
+        if other == out:
+            return full, 0, 0
+        if math.prod(other) == 1:
+            return full, 2, 0
+        o = (1,) * (len(out) - len(other)) + other
+        if len(o) != len(out) or o[-1] != out[-1] or any(d != 1 for d in o[1:-1]):
+            return None
+        if len(out) == 1:
+            return full, 1, 0
+        if o[0] == 1:
+            return full, 1, 0
+        if o[0] == out[0]:
+            return full, 1, out[-1]
+    return None
+
+
+def _f32_constants(ctx: OpContext) -> dict[int, np.ndarray]:
+    """The op's constant inputs as C-contiguous float32 (what a program's record points at)."""
+    return {i: np.ascontiguousarray(v, np.float32) for i, v in ctx.constants.items()}
+
+
 def _binary(ufunc):
     def factory(ctx: OpContext, be):
         act = ctx.attrs.get("activation", "none")
@@ -89,14 +124,24 @@ def _binary(ufunc):
             ufunc(ins[0], ins[1], out=outs[0])
             _act_inplace(outs[0], act)
 
-        same = len(ctx.in_shapes) == 2 and all(tuple(s) == tuple(ctx.out_shapes[0]) for s in ctx.in_shapes)
-        if ufunc is np.add and same and act in K.ACT_CODE:  # no broadcasting: the program's C loop
+        how = _broadcast(ctx.in_shapes, ctx.out_shapes[0]) if act in K.ACT_CODE else None
+        if how is None or ufunc not in (np.add, np.multiply):
+            return Execution(run)
+        full, mode, bstride = how
+        consts = _f32_constants(ctx)
+        code = K.ACT_CODE[act]
+        if ufunc is np.add and mode == 0:  # no broadcasting: the program's sum, as before
 
             def records(ins, outs, scratch):
-                return native.add(ins[0], ins[1], outs[0], K.ACT_CODE[act])
+                return native.add(consts.get(0, ins[0]), consts.get(1, ins[1]), outs[0], code)
 
             return Execution(run, native=records)
-        return Execution(run)
+
+        def records(ins, outs, scratch):
+            a, b = consts.get(full, ins[full]), consts.get(1 - full, ins[1 - full])
+            return native.binary(a, b, outs[0], None, mode, ufunc is np.multiply, code, bstride)
+
+        return Execution(run, native=records)
 
     return factory
 
@@ -115,7 +160,13 @@ def add_n(ctx: OpContext, be):
                 np.add(y, x, out=y)
         _act_inplace(y, act)
 
-    return Execution(run)
+    def records(ins, outs, scratch):  # the sums in NumPy's order, the activation with the last
+        y, last = outs[0], len(ins) - 1
+        return [r for i in range(1, len(ins))
+                for r in native.add(ins[0] if i == 1 else y, ins[i], y, K.ACT_CODE[act] if i == last else 0)]
+
+    same = all(tuple(s) == tuple(ctx.out_shapes[0]) for s in ctx.in_shapes) and not ctx.constants
+    return Execution(run, native=records if same and len(ctx.in_shapes) > 1 and act in K.ACT_CODE else None)
 
 
 @EXECUTIONS.register("concat")
@@ -133,16 +184,24 @@ def concat(ctx: OpContext, be):
         _act_inplace(outs[0], act)
 
     def records(ins, outs, scratch):
-        return native.concat_channels(ins, outs[0])
+        out = native.concat_channels(ins, outs[0])
+        return out + native.unary(outs[0], outs[0], act) if act not in ("none", None) else out
 
-    last = axis == len(ctx.out_shapes[0]) - 1 and act in ("none", None)
+    last = axis == len(ctx.out_shapes[0]) - 1 and act in K.ACT_CODE
     return Execution(run, native=records if last else None)
 
 
 @EXECUTIONS.register("slice")
 def slice_(ctx: OpContext, be):
-    idx = tuple(slice(b, e) for b, e in bounds(ctx.in_shapes[0], ctx.attrs))
-    return Execution(lambda ins, outs, scratch: np.copyto(outs[0], ins[0][idx]))
+    span = bounds(ctx.in_shapes[0], ctx.attrs)
+    idx = tuple(slice(b, e) for b, e in span)
+
+    def records(ins, outs, scratch):
+        return native.slice_channels(ins[0], outs[0], span[-1][0])
+
+    channels = bool(span) and all((b, e) == (0, d) for (b, e), d in zip(span[:-1], ctx.in_shapes[0]))
+    return Execution(lambda ins, outs, scratch: np.copyto(outs[0], ins[0][idx]),
+                     native=records if channels and 0 not in ctx.constants else None)
 
 
 @EXECUTIONS.register("mean")
@@ -209,12 +268,14 @@ def softmax(ctx: OpContext, be):
 
 @EXECUTIONS.register("relu")
 def relu(ctx: OpContext, be):
-    return Execution(lambda ins, outs, scratch: np.maximum(ins[0], 0, out=outs[0]))
+    return Execution(lambda ins, outs, scratch: np.maximum(ins[0], 0, out=outs[0]),
+                     native=lambda ins, outs, scratch: native.unary(ins[0], outs[0], "relu"))
 
 
 @EXECUTIONS.register("relu6")
 def relu6(ctx: OpContext, be):
-    return Execution(lambda ins, outs, scratch: np.clip(ins[0], 0, 6, out=outs[0]))
+    return Execution(lambda ins, outs, scratch: np.clip(ins[0], 0, 6, out=outs[0]),
+                     native=lambda ins, outs, scratch: native.unary(ins[0], outs[0], "relu6"))
 
 
 @EXECUTIONS.register("batch_norm")
@@ -228,7 +289,11 @@ def batch_norm(ctx: OpContext, be):
         np.multiply(ins[0], scale, out=outs[0])
         outs[0] += shift
 
-    return Execution(run)
+    def records(ins, outs, scratch):  # the product, then the shift, rounded after each as above
+        return native.binary(ins[0], scale, outs[0], shift, 1, True, 0)
+
+    per_channel = len(ctx.in_shapes[0]) >= 1 and scale.shape == (ctx.in_shapes[0][-1],) == shift.shape
+    return Execution(run, native=records if per_channel else None)
 
 
 @EXECUTIONS.register("lstm")

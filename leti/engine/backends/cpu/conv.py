@@ -293,4 +293,10 @@ def depthwise_conv2d(ctx: OpContext, be) -> Execution | None:
     def run(ins, outs, scratch):
         K.depthwise(ins[0], w, bias, has_bias, outs[0], mult, sh, sw, dh, dw, pads[0], pads[2], act)
 
-    return Execution(run)
+    records = None
+    if mult == 1 and ckernels.library() is not None:  # any other window (5×5, 7×7, …): a program's C loop
+
+        def records(ins, outs, scratch):
+            return native.dwconv(ins[0], w, bias, has_bias, outs[0], sh, sw, dh, dw, pads[0], pads[2], act)
+
+    return Execution(run, native=records)

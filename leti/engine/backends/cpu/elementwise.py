@@ -27,10 +27,17 @@ EXECUTIONS = executions_of("cpu")
 _NO_RESIDUAL = np.zeros((1, 1), np.float32)
 
 
-def _unary(body):
+def _unary(name, body):
     def factory(ctx: OpContext, be):
         attrs = ctx.attrs
-        return Execution(lambda ins, outs, scratch: body(ins[0], outs[0], attrs))
+        alpha, beta = float(attrs.get("alpha", 1 / 6)), float(attrs.get("beta", 0.5))
+        records = None
+        if name in native.UNARY_CODE:  # the activations real networks put between convolutions: a program's loop
+
+            def records(ins, outs, scratch):
+                return native.unary(ins[0], outs[0], name, alpha, beta)
+
+        return Execution(lambda ins, outs, scratch: body(ins[0], outs[0], attrs), native=records)
 
     return factory
 
@@ -88,7 +95,7 @@ UNARY = {"sigmoid": _sigmoid, "hard_sigmoid": _hard_sigmoid, "hard_swish": _hard
          "neg": lambda x, y, a: np.negative(x, out=y), "exp": lambda x, y, a: np.exp(x, out=y),
          "abs": lambda x, y, a: np.abs(x, out=y)}
 for _name, _body in UNARY.items():
-    EXECUTIONS.register(_name)(_unary(_body))
+    EXECUTIONS.register(_name)(_unary(_name, _body))
 
 
 def _squared_difference(a, b, out):
@@ -133,7 +140,10 @@ def transpose(ctx: OpContext, be):
         else:
             run_numpy(ins, outs, scratch)
 
-    return Execution(run_swap)
+    def records(ins, outs, scratch):
+        return native.swap_last_two(ins[0].reshape(lead, p, q), outs[0].reshape(lead, q, p))
+
+    return Execution(run_swap, native=records if 0 not in ctx.constants else None)
 
 
 @EXECUTIONS.register("resize_nearest")

@@ -18,7 +18,9 @@ from leti.engine.backends.cpu.gemm import window_reads_padding
 #: int64 fields per record (``RECORD`` in program.c)
 RECORD = 20
 (GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL, POOL, ADD, COPY_CHANNELS, WINOGRAD_IN, WINOGRAD_PRODUCTS,
- WINOGRAD_OUT) = range(1, 15)
+ WINOGRAD_OUT, UNARY, BINARY, DWCONV_K, SWAP_LAST_TWO) = range(1, 19)
+#: the unary kinds of ``leti_unary`` (``csrc/pointwise.c``); 1 and 2 are also the fused activations' codes
+UNARY_CODE = {"relu": 1, "relu6": 2, "sigmoid": 3, "hard_swish": 4, "hard_sigmoid": 5}
 
 
 def _addr(a: np.ndarray | None) -> int:
@@ -94,11 +96,51 @@ def add(a, b, y, act: int) -> list[list[int]]:
 
 def concat_channels(xs, y) -> list[list[int]]:
     """``y`` (…, C) = the inputs (…, Cᵢ) side by side along the last axis: a record per input."""
-    out, off, px = [], 0, y.size // y.shape[-1]
+    out, off, px, c = [], 0, y.size // y.shape[-1], y.shape[-1]
     for x in xs:
-        out.append([COPY_CHANNELS, _addr(x), _addr(y), px, x.shape[-1], y.shape[-1], off])
+        out.append([COPY_CHANNELS, _addr(x), _addr(y) + 4 * off, px, x.shape[-1], x.shape[-1], c])
         off += x.shape[-1]
     return out
+
+
+def slice_channels(x, y, begin: int) -> list[list[int]]:
+    """``y`` (…, n) = channels ``begin .. begin + n`` of ``x`` (…, C)."""
+    px, n = y.size // y.shape[-1], y.shape[-1]
+    return [[COPY_CHANNELS, _addr(x) + 4 * begin, _addr(y), px, n, x.shape[-1], n]]
+
+
+def _f32_bits(v: float) -> int:
+    return int(np.array(v, np.float32).view(np.int32))
+
+
+def unary(x, y, op: str, alpha: float = 0.0, beta: float = 0.0) -> list[list[int]]:
+    """``y = op(x)`` element by element (``UNARY_CODE``), ``y`` may be ``x``."""
+    return [[UNARY, _addr(x), _addr(y), y.size, UNARY_CODE[op], _f32_bits(alpha), _f32_bits(beta)]]
+
+
+def binary(a, b, y, shift, mode: int, product: bool, act: int, bstride: int = 0) -> list[list[int]]:
+    """``y = act(a ∘ b [+ shift])`` (∘ a product or a sum), ``a`` and ``y`` (N, …, C); ``b`` of ``a``'s shape
+    (``mode`` 0), a C-vector per image ``bstride`` floats apart (1; 0: one for all) or a scalar (2); ``shift`` None or
+    a C-vector."""
+    c = y.shape[-1] if y.ndim else 1
+    pixels = y.size // c
+    px = pixels // (y.shape[0] if y.ndim > 1 else 1)
+    return [[BINARY, _addr(a), _addr(b), _addr(y), _addr(shift), pixels, px, c, bstride, mode, int(product), act]]
+
+
+def dwconv(x, w, bias, has_bias: bool, y, sh, sw, dh, dw, pt, pl, act) -> list[list[int]]:
+    """A depthwise convolution (multiplier 1) of any window, ``w`` (kh, kw, C) contiguous."""
+    nb, h, wd, c = x.shape
+    _, oh, ow, _ = y.shape
+    kh, kw = w.shape[:2]
+    return [[DWCONV_K, _addr(x), _addr(y), _addr(w), _addr(bias) if has_bias else 0, h, wd, c, oh, ow, kh, kw, sh, sw,
+             dh, dw, pt, pl, act, nb * oh]]
+
+
+def swap_last_two(x3, y3) -> list[list[int]]:
+    """``y3`` (L, Q, P) = ``x3`` (L, P, Q) with its last two axes swapped."""
+    lead, p, q = x3.shape
+    return [[SWAP_LAST_TWO, _addr(x3), _addr(y3), lead, p, q]]
 
 
 def winograd(x, bt, v, up, m, at, y, bias, has_bias: bool, act: int, n: int, pt, pl, th, tw, r0) -> list[list[int]]:
@@ -132,7 +174,7 @@ def spatial_mean(x3, y2) -> list[list[int]]:
 def softmax_rows(x2, beta: float, y2) -> list[list[int]]:
     """``y2[r] = softmax(beta · x2[r])``."""
     rows, c = x2.shape
-    return [[SOFTMAX, _addr(x2), _addr(y2), rows, c, int(np.array(beta, np.float32).view(np.int32))]]
+    return [[SOFTMAX, _addr(x2), _addr(y2), rows, c, _f32_bits(beta)]]
 
 
 def gemv(x, wt, y, bias, has_bias: bool, act: int) -> list[list[int]]:

@@ -29,7 +29,8 @@
 
 enum { STEP_GEMM = 1, STEP_DWCONV = 2, STEP_PAD = 3, STEP_WINDOW = 4, STEP_MEAN = 5, STEP_SOFTMAX = 6, STEP_GEMV = 7,
        STEP_IM2COL = 8, STEP_POOL = 9, STEP_ADD = 10, STEP_COPY_CHANNELS = 11, STEP_WINOGRAD_IN = 12,
-       STEP_WINOGRAD_PRODUCTS = 13, STEP_WINOGRAD_OUT = 14 };
+       STEP_WINOGRAD_PRODUCTS = 13, STEP_WINOGRAD_OUT = 14, STEP_UNARY = 15, STEP_BINARY = 16, STEP_DWCONV_K = 17,
+       STEP_SWAP_LAST_TWO = 18 };
 
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, const float *res, int64_t act);
@@ -41,6 +42,14 @@ void leti_conv_window(const float *xp, int64_t wp, int64_t ci, int64_t groups, i
                       int64_t act, int64_t r0, int64_t r1);
 void leti_pad_nhwc(const float *x, int64_t h, int64_t wd, int64_t c, float *xp, int64_t hp, int64_t wp, int64_t pt,
                    int64_t pl, int64_t r0, int64_t r1);
+/* pointwise.c */
+void leti_unary(const float *x, float *y, int64_t code, float alpha, float beta, int64_t i0, int64_t i1);
+void leti_binary(const float *a, const float *b, float *y, const float *shift, int64_t px, int64_t c, int64_t bstride,
+                 int64_t mode, int64_t op, int64_t act, int64_t p0, int64_t p1);
+void leti_dwconv(const float *x, float *y, const float *w, const float *bias, int64_t h, int64_t wd, int64_t c,
+                 int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                 int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1);
+void leti_swap_last_two(const float *x, float *y, int64_t p, int64_t q, int64_t l0, int64_t l1);
 
 /* y[b][o] = mean over the p pixels of x[b][.][o]: a float64 sum per channel in pixel order, as the numba kernel
  * (kernels.spatial_mean) */
@@ -395,12 +404,42 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
         }
         return;
     }
-    case STEP_COPY_CHANNELS: { /* src dst pixels c_in c_out offset: src's channels into dst's at offset */
-        int64_t px = s[3], cin = s[4], cout = s[5], parts = MAX(1, MIN(T, px));
+    case STEP_COPY_CHANNELS: { /* src dst pixels n src_stride dst_stride: n floats of each pixel (a channel range) */
+        int64_t px = s[3], n = s[4], ss = s[5], ds = s[6], parts = MAX(1, MIN(T, px));
         const float *src = F(1);
-        float *dst = F(2) + s[6];
+        float *dst = F(2);
         for (int64_t p = t * px / parts; t < parts && p < (t + 1) * px / parts; ++p)
-            memcpy(dst + p * cout, src + p * cin, (size_t)cin * sizeof(float));
+            memcpy(dst + p * ds, src + p * ss, (size_t)n * sizeof(float));
+        return;
+    }
+    case STEP_UNARY: { /* x y count code alpha beta (float bits): split in multiples of 64 floats */
+        int64_t cnt = s[3], blocks = (cnt + 63) / 64, parts = MAX(1, MIN(T, blocks));
+        if (t < parts) {
+            int32_t ab[2] = {(int32_t)s[5], (int32_t)s[6]};
+            float fa, fb;
+            memcpy(&fa, ab, 4);
+            memcpy(&fb, ab + 1, 4);
+            leti_unary(F(1), F(2), s[4], fa, fb, t * blocks / parts * 64, MIN(cnt, (t + 1) * blocks / parts * 64));
+        }
+        return;
+    }
+    case STEP_BINARY: { /* a b y shift pixels px c bstride mode op act: pixels split */
+        int64_t pixels = s[5], parts = MAX(1, MIN(T, pixels));
+        if (t < parts)
+            leti_binary(F(1), F(2), F(3), F(4), s[6], s[7], s[8], s[9], s[10], s[11], t * pixels / parts,
+                        (t + 1) * pixels / parts);
+        return;
+    }
+    case STEP_DWCONV_K: { /* x y w bias h wd c oh ow kh kw sh sw dh dw pt pl act rows: rows split */
+        int64_t rows = s[19], parts = MAX(1, MIN(T, rows));
+        if (t < parts)
+            leti_dwconv(F(1), F(2), F(3), F(4), s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
+                        s[15], s[16], s[17], s[18], t * rows / parts, (t + 1) * rows / parts);
+        return;
+    }
+    case STEP_SWAP_LAST_TWO: { /* x y lead p q: the lead split */
+        int64_t lead = s[3], parts = MAX(1, MIN(T, lead));
+        if (t < parts) leti_swap_last_two(F(1), F(2), s[4], s[5], t * lead / parts, (t + 1) * lead / parts);
         return;
     }
     case STEP_WINOGRAD_IN: { /* x bt v n pt pl th tw alpha h w c r0 cnt: the block's tiles split */
