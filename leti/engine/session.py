@@ -23,7 +23,7 @@ from leti.engine import ops, passes
 from leti.engine.backends.base import (PRECISIONS, Backend, Execution, HostBackend, OpContext, Scheme, get_backend,
                                        pinned_allocator)
 from leti.engine.graph import Graph
-from leti.engine.memory import MemoryPlan, Step, plan_memory, return_freed_heap
+from leti.engine.memory import MemoryPlan, Step, plan_memory, release_mapped_weights, return_freed_heap
 from leti.engine.schedule import ScheduleOptions, choose_scheme
 from leti.errors import ConversionError
 
@@ -175,6 +175,7 @@ class Session:
         self._compile()
         self._resized = True
         return_freed_heap()  # the temporaries of packing and folding, freed but still in the heap
+        release_mapped_weights(g.constants.values())  # the model file's pages: packed, transformed or read on demand
         return self
 
     def _create(self, i: int, ctx: OpContext, attempt) -> tuple[Backend, Execution, OpContext]:

@@ -104,3 +104,36 @@ def test_unsupported_ops_are_all_named(zoo):
     data = _convert(keras.Model(inp, out))
     with pytest.raises(ConversionError, match=r"unsupported TFLite ops: COS, SIN \(supported: ABS, ADD"):
         from_tflite(data)
+
+
+def _mapping_of(a):
+    import mmap
+
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    a = a.obj if isinstance(a, memoryview) else a
+    return a if isinstance(a, mmap.mmap) else None
+
+
+@pytest.mark.parametrize("name", ["convnet", "resblock"])
+def test_weights_are_views_of_the_mapped_file_and_released_after_packing(zoo, tmp_path, name):
+    """A ``.tflite`` path is mapped, not read: every weight (the transposed ones too) is a view of the mapping, none a
+    private copy; a session releases the mapping's pages once it has packed them, and both what it runs and the
+    weights read afterwards (faulted back from the file) are unchanged."""
+    from leti.engine.memory import release_mapped_weights
+
+    data, shape = zoo[name]
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(data)
+    g = from_tflite(path)
+    maps = {id(_mapping_of(a)) for a in g.constants.values()}
+    assert None not in {_mapping_of(a) for a in g.constants.values()} and len(maps) == 1
+    before = {k: np.array(v) for k, v in g.constants.items()}
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    s = Session(g, backends=("cpu",)).resize()  # resize ends with the release
+    (y,) = s.run(x).values()
+    assert rel_err(y, _tflite_run(data, x)) < 1e-4
+    assert release_mapped_weights(g.constants.values()) == 1
+    assert all(np.array_equal(before[k], v) for k, v in g.constants.items())
+    assert np.array_equal(next(iter(s.run(x).values())), y)
+    assert release_mapped_weights([np.zeros(3, np.float32)]) == 0  # private memory: nothing to release

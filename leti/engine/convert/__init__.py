@@ -10,6 +10,7 @@ Importers import their converter when used: reading a ``.leti`` file never impor
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -50,6 +51,20 @@ def read_source(source: str | os.PathLike | bytes) -> tuple[bytes, str]:
         return bytes(source), "<bytes>"
     try:
         return Path(source).read_bytes(), str(source)
+    except OSError as exc:
+        raise CorruptModelError(f"{source}: cannot read ({exc.strerror})") from None
+
+
+def map_source(source: str | os.PathLike | bytes) -> tuple[bytes | mmap.mmap, str]:
+    """As :func:`read_source`, but a file is mapped read-only instead of read: weights parsed out of it can be views of
+    the file, which a session releases once it has packed them (:func:`leti.engine.memory.release_mapped_weights`)."""
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source), "<bytes>"
+    try:
+        with open(source, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return b"", str(source)
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), str(source)
     except OSError as exc:
         raise CorruptModelError(f"{source}: cannot read ({exc.strerror})") from None
 

@@ -237,11 +237,10 @@ translates("RELU6", "relu6")(_unary("relu6"))
 
 def from_tflite(source: str | os.PathLike | bytes) -> Graph:
     """Convert a float32 ``.tflite`` model (path or bytes) into an engine graph."""
-    from leti.engine.convert import read_source
+    from leti.engine.convert import map_source
 
-    source, name = read_source(source)
+    buf, name = map_source(source)  # a file mapped: its weights become views of it, not copies
     s = _schema()
-    buf = bytes(source)
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise CorruptModelError(f"{name}: not a TFLite flatbuffer (no 'TFL3' identifier)")
     try:
@@ -282,12 +281,12 @@ def _convert(model, sub, buf: bytes, source: str) -> Graph:
         data = None
         b = model.Buffers(t.Buffer())
         if b is not None and b.DataLength() > 0:
-            data = np.frombuffer(b.DataAsNumpy().tobytes(), dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
+            data = b.DataAsNumpy().view(np.dtype(dtype).newbyteorder("<")).reshape(shape)
         elif b is not None and b.Offset() > 1:
             data = np.frombuffer(buf, dtype=np.dtype(dtype).newbyteorder("<"), count=int(np.prod(shape)),
                                  offset=b.Offset()).reshape(shape)
         if data is not None:
-            g.add_constant(name, data.astype(dtype))
+            g.add_constant(name, data if data.dtype == np.dtype(dtype) else data.astype(dtype))
         else:
             g.add_tensor(name, shape, dtype)
         names.append(name)

@@ -70,7 +70,9 @@ class _Ctx:
     def new_const(self, name: str, value: np.ndarray) -> str:
         if name in self.g.tensors:
             name = f"{name}#{len(self.g.tensors)}"
-        return self.g.add_constant(name, np.array(value, order="C"))
+        # a view of the mapped file where it is one (weights transposed to HWIO, not copied): packing reads it once and
+        # the session then releases the file's pages (memory.release_mapped_weights)
+        return self.g.add_constant(name, np.asarray(value))
 
 
 @dataclass(frozen=True)
