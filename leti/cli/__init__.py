@@ -26,8 +26,8 @@ def _flags_read_as_flags() -> None:
         from typer.core import TyperOption
     except ImportError:  # another typer layout: nothing to correct
         return
-    shown = TyperOption.display_type_rich
-    if getattr(shown, "_leti_flags", False):
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_leti_flags", False):  # a typer without the method (e.g. 0.20): as it is
         return
 
     def display_type_rich(self, ctx):
