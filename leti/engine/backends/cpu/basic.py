@@ -35,7 +35,7 @@ def fully_connected(ctx: OpContext, be):
         return None
     k, n = w.shape
     bias = ctx.constants.get(2)
-    b = np.ascontiguousarray(bias, dtype=np.float32) if bias is not None else _EMPTY
+    b = np.array(bias, dtype=np.float32) if bias is not None else _EMPTY  # its own copy (conv._bias_act)
     act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
     rows = int(np.prod(ctx.in_shapes[0])) // k
     if rows == 1:  # batch 1: a matrix-vector product, split over the outputs
@@ -112,8 +112,9 @@ def _broadcast(in_shapes, out_shape):
 
 
 def _f32_constants(ctx: OpContext) -> dict[int, np.ndarray]:
-    """The op's constant inputs as C-contiguous float32 (what a program's record points at)."""
-    return {i: np.ascontiguousarray(v, np.float32) for i, v in ctx.constants.items()}
+    """The op's constant inputs as C-contiguous float32 copies of its own (what a program's record points at; not
+    views of the model file, whose pages the session releases)."""
+    return {i: np.array(v, np.float32) for i, v in ctx.constants.items()}
 
 
 def _binary(ufunc):

@@ -105,7 +105,9 @@ def gemm_runner(w2: np.ndarray, bias: np.ndarray, has_bias: bool, act: int):
 
 def _bias_act(ctx: OpContext, nout: int):
     bias = ctx.constants.get(2)
-    b = np.ascontiguousarray(bias, dtype=np.float32) if bias is not None else _EMPTY
+    # a copy of its own (as every weight a session runs with: packed, transformed or copied), not a view of the model
+    # file, whose pages the session releases (memory.release_mapped_weights)
+    b = np.array(bias, dtype=np.float32) if bias is not None else _EMPTY
     return b, bias is not None, K.ACT_CODE[ctx.attrs.get("activation", "none")]
 
 
@@ -248,7 +250,7 @@ def depthwise_conv2d(ctx: OpContext, be) -> Execution | None:
     w = ctx.constants.get(1)
     if w is None:
         return None
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = np.array(w, dtype=np.float32)  # a compact copy of its own, not a view of the model file (see _bias_act)
     pads, _, (sh, sw), (dh, dw) = geometry(ctx.in_shapes[0], w.shape, ctx.attrs)
     bias, has_bias, act = _bias_act(ctx, w.shape[2])
     mult = int(ctx.attrs.get("multiplier", 1))
