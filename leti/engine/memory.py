@@ -163,30 +163,33 @@ def return_freed_heap() -> bool:
     return True
 
 
+def file_mapping(a: np.ndarray):
+    """The ``mmap`` of a model file that array ``a`` is a view of (through any chain of views), else None."""
+    import mmap
+
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    a = a.obj if isinstance(a, memoryview) else a
+    return a if isinstance(a, mmap.mmap) else None
+
+
 def release_mapped_weights(constants) -> int:
     """Drop from the process the pages of a model file that ``constants`` map (a ``.leti`` or ``.tflite`` file read
     through ``mmap``: weights as views of it, never copied); the number of mappings released.
 
-    Why: a session packs, transforms or copies every weight it runs with (GEMM panels, Winograd filters), so after
-    ``Session.resize`` the file's pages, all read once by packing and by the checksum, are held for nothing. On
+    Why: a session packs, transforms or copies every weight it runs with (GEMM panels, Winograd filters, biases), so
+    after ``Session.resize`` the file's pages, all read once by packing and by the checksum, are held for nothing. On
     Linux ``MADV_DONTNEED`` on a read-only file mapping unmaps them: they stay in the page cache (shared, clean,
-    reclaimable) and come back on the next read of a weight still used in place (a bias, a depthwise filter).
-    MNN releases its original weights after pre-inference for the same reason. An NB101 network (20 MiB of
-    weights): a session's growth 74.9 → 54 MiB (``benchmarks/bench_engine_memory.py``).
+    reclaimable) and come back if a weight is read again (another session's packing). MNN releases its original
+    weights after pre-inference for the same reason. An NB101 network (20 MiB of weights): a session's growth
+    74.9 → 54.6 MiB (``benchmarks/bench_engine_memory.py``).
     """
     import mmap
 
     advice = getattr(mmap, "MADV_DONTNEED", None)
     if advice is None:
         return 0
-    maps = {}
-    for a in constants:
-        b = a
-        while isinstance(b, np.ndarray) and b.base is not None:
-            b = b.base
-        b = b.obj if isinstance(b, memoryview) else b
-        if isinstance(b, mmap.mmap):
-            maps[id(b)] = b
+    maps = {id(m): m for m in map(file_mapping, constants) if m is not None}
     for m in maps.values():
         try:
             m.madvise(advice)

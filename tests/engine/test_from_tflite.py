@@ -106,28 +106,19 @@ def test_unsupported_ops_are_all_named(zoo):
         from_tflite(data)
 
 
-def _mapping_of(a):
-    import mmap
-
-    while isinstance(a, np.ndarray) and a.base is not None:
-        a = a.base
-    a = a.obj if isinstance(a, memoryview) else a
-    return a if isinstance(a, mmap.mmap) else None
-
-
 @pytest.mark.parametrize("name", ["convnet", "resblock"])
 def test_weights_are_views_of_the_mapped_file_and_released_after_packing(zoo, tmp_path, name):
     """A ``.tflite`` path is mapped, not read: every weight (the transposed ones too) is a view of the mapping, none a
     private copy; a session releases the mapping's pages once it has packed them, and both what it runs and the
     weights read afterwards (faulted back from the file) are unchanged."""
-    from leti.engine.memory import release_mapped_weights
+    from leti.engine.memory import file_mapping, release_mapped_weights
 
     data, shape = zoo[name]
     path = tmp_path / f"{name}.tflite"
     path.write_bytes(data)
     g = from_tflite(path)
-    maps = {id(_mapping_of(a)) for a in g.constants.values()}
-    assert None not in {_mapping_of(a) for a in g.constants.values()} and len(maps) == 1
+    maps = [file_mapping(a) for a in g.constants.values()]
+    assert None not in maps and len({id(m) for m in maps}) == 1
     before = {k: np.array(v) for k, v in g.constants.items()}
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
     s = Session(g, backends=("cpu",)).resize()  # resize ends with the release

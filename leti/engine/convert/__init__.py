@@ -59,7 +59,7 @@ def map_source(source: str | os.PathLike | bytes) -> tuple[bytes | mmap.mmap, st
     """As :func:`read_source`, but a file is mapped read-only instead of read: weights parsed out of it can be views of
     the file, which a session releases once it has packed them (:func:`leti.engine.memory.release_mapped_weights`)."""
     if isinstance(source, (bytes, bytearray)):
-        return bytes(source), "<bytes>"
+        return read_source(source)
     try:
         with open(source, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:

@@ -100,14 +100,9 @@ def _broadcast(in_shapes, out_shape):
         if math.prod(other) == 1:
             return full, 2, 0
         o = (1,) * (len(out) - len(other)) + other
-        if len(o) != len(out) or o[-1] != out[-1] or any(d != 1 for d in o[1:-1]):
+        if len(o) != len(out) or o[-1] != out[-1] or any(d != 1 for d in o[1:-1]) or o[0] not in (1, out[0]):
             return None
-        if len(out) == 1:
-            return full, 1, 0
-        if o[0] == 1:
-            return full, 1, 0
-        if o[0] == out[0]:
-            return full, 1, out[-1]
+        return full, 1, 0 if o[0] == 1 else out[-1]
     return None
 
 
@@ -131,12 +126,6 @@ def _binary(ufunc):
         full, mode, bstride = how
         consts = _f32_constants(ctx)
         code = K.ACT_CODE[act]
-        if ufunc is np.add and mode == 0:  # no broadcasting: the program's sum, as before
-
-            def records(ins, outs, scratch):
-                return native.add(consts.get(0, ins[0]), consts.get(1, ins[1]), outs[0], code)
-
-            return Execution(run, native=records)
 
         def records(ins, outs, scratch):
             a, b = consts.get(full, ins[full]), consts.get(1 - full, ins[1 - full])

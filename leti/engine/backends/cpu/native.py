@@ -17,8 +17,8 @@ from leti.engine.backends.cpu.gemm import window_reads_padding
 
 #: int64 fields per record (``RECORD`` in program.c)
 RECORD = 20
-(GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL, POOL, ADD, COPY_CHANNELS, WINOGRAD_IN, WINOGRAD_PRODUCTS,
- WINOGRAD_OUT, UNARY, BINARY, DWCONV_K, SWAP_LAST_TWO) = range(1, 19)
+(GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL, POOL, COPY_CHANNELS, WINOGRAD_IN, WINOGRAD_PRODUCTS,
+ WINOGRAD_OUT, UNARY, BINARY, DWCONV_K, SWAP_LAST_TWO) = range(1, 18)
 #: the unary kinds of ``leti_unary`` (``csrc/pointwise.c``); 1 and 2 are also the fused activations' codes
 UNARY_CODE = {"relu": 1, "relu6": 2, "sigmoid": 3, "hard_swish": 4, "hard_sigmoid": 5}
 
@@ -90,8 +90,8 @@ def pool2d(x, y, kh, kw, sh, sw, pt, pl, is_max: bool, act: int) -> list[list[in
 
 
 def add(a, b, y, act: int) -> list[list[int]]:
-    """``y = act(a + b)``, all three of one shape."""
-    return [[ADD, _addr(a), _addr(b), _addr(y), y.size, act]]
+    """``y = act(a + b)``, all three of one shape (:func:`binary`'s same-shape sum)."""
+    return binary(a, b, y, None, 0, False, act)
 
 
 def concat_channels(xs, y) -> list[list[int]]:

@@ -68,19 +68,20 @@ static inline __attribute__((always_inline)) __m256 binary8(__m256 a, __m256 b, 
     return op ? _mm256_mul_ps(a, b) : _mm256_add_ps(a, b);
 }
 
-/* y = act(a op b [+ shift]) (op 0 a sum, 1 a product), the channels of one pixel (c of them) against b's c channels
- * (the same pixel of a same-shape b, or one vector for every pixel) */
-static inline void binary_row(const float *a, const float *b, float *y, const float *shift, int64_t c, int64_t op,
-                              int64_t act) {
+/* y = act(a op b [+ shift]) (op 0 a sum, 1 a product) over the c channels of one pixel, against b's c channels (the
+ * same pixel of a same-shape b, or one vector for every pixel) or, scalar, b[0] for all */
+static inline void binary_row(const float *a, const float *b, float *y, const float *shift, int64_t c, int scalar,
+                              int64_t op, int64_t act) {
+    const __m256 bs = _mm256_set1_ps(b[0]);
     int64_t o = 0;
     for (; o + 8 <= c; o += 8) {
-        __m256 v = binary8(_mm256_loadu_ps(a + o), _mm256_loadu_ps(b + o), op);
+        __m256 v = binary8(_mm256_loadu_ps(a + o), scalar ? bs : _mm256_loadu_ps(b + o), op);
         if (shift) v = _mm256_add_ps(v, _mm256_loadu_ps(shift + o));
         _mm256_storeu_ps(y + o, activate(v, act));
     }
     if (o < c) {
         __m256i m = lane_mask(c - o);
-        __m256 v = binary8(_mm256_maskload_ps(a + o, m), _mm256_maskload_ps(b + o, m), op);
+        __m256 v = binary8(_mm256_maskload_ps(a + o, m), scalar ? bs : _mm256_maskload_ps(b + o, m), op);
         if (shift) v = _mm256_add_ps(v, _mm256_maskload_ps(shift + o, m));
         _mm256_maskstore_ps(y + o, m, activate(v, act));
     }
@@ -91,28 +92,9 @@ static inline void binary_row(const float *a, const float *b, float *y, const fl
  * shift, when given, is a c-vector (a batch norm: a * scale + shift, rounded after each, as NumPy). */
 void leti_binary(const float *a, const float *b, float *y, const float *shift, int64_t px, int64_t c, int64_t bstride,
                  int64_t mode, int64_t op, int64_t act, int64_t p0, int64_t p1) {
-    if (mode == 2) {
-        const __m256 s = _mm256_set1_ps(b[0]);
-        for (int64_t p = p0; p < p1; ++p) {
-            const float *ar = a + p * c;
-            float *yr = y + p * c;
-            int64_t o = 0;
-            for (; o + 8 <= c; o += 8) {
-                __m256 v = binary8(_mm256_loadu_ps(ar + o), s, op);
-                if (shift) v = _mm256_add_ps(v, _mm256_loadu_ps(shift + o));
-                _mm256_storeu_ps(yr + o, activate(v, act));
-            }
-            if (o < c) {
-                __m256i m = lane_mask(c - o);
-                __m256 v = binary8(_mm256_maskload_ps(ar + o, m), s, op);
-                if (shift) v = _mm256_add_ps(v, _mm256_maskload_ps(shift + o, m));
-                _mm256_maskstore_ps(yr + o, m, activate(v, act));
-            }
-        }
-        return;
-    }
     for (int64_t p = p0; p < p1; ++p)
-        binary_row(a + p * c, mode ? b + (p / px) * bstride : b + p * c, y + p * c, shift, c, op, act);
+        binary_row(a + p * c, mode == 0 ? b + p * c : mode == 1 ? b + (p / px) * bstride : b, y + p * c, shift, c,
+                   mode == 2, op, act);
 }
 
 /* Depthwise convolution (multiplier 1) with a kh x kw window, any stride and dilation, NHWC, bias and activation

@@ -28,9 +28,8 @@
 #define NR 16
 
 enum { STEP_GEMM = 1, STEP_DWCONV = 2, STEP_PAD = 3, STEP_WINDOW = 4, STEP_MEAN = 5, STEP_SOFTMAX = 6, STEP_GEMV = 7,
-       STEP_IM2COL = 8, STEP_POOL = 9, STEP_ADD = 10, STEP_COPY_CHANNELS = 11, STEP_WINOGRAD_IN = 12,
-       STEP_WINOGRAD_PRODUCTS = 13, STEP_WINOGRAD_OUT = 14, STEP_UNARY = 15, STEP_BINARY = 16, STEP_DWCONV_K = 17,
-       STEP_SWAP_LAST_TWO = 18 };
+       STEP_IM2COL = 8, STEP_POOL = 9, STEP_COPY_CHANNELS = 10, STEP_WINOGRAD_IN = 11, STEP_WINOGRAD_PRODUCTS = 12,
+       STEP_WINOGRAD_OUT = 13, STEP_UNARY = 14, STEP_BINARY = 15, STEP_DWCONV_K = 16, STEP_SWAP_LAST_TWO = 17 };
 
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, const float *res, int64_t act);
@@ -205,14 +204,6 @@ static void pool_rows(const float *x, float *y, int64_t h, int64_t w, int64_t c,
             fold(yr + xo * c, tmp + c0 * c, c, c1 - c0, c, is_max, 1.0f / (float)(rows * (c1 - c0)), act);
         }
     }
-}
-
-/* y[i] = act(a[i] + b[i]) for i in i0..i1-1 */
-static void add_range(const float *a, const float *b, float *y, int64_t act, int64_t i0, int64_t i1) {
-    int64_t i = i0;
-    for (; i + 8 <= i1; i += 8)
-        _mm256_storeu_ps(y + i, activate(_mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), act));
-    for (; i < i1; ++i) y[i] = activate1(a[i] + b[i], act);
 }
 
 /* Winograd F(n x n, k x k), alpha = n + k - 1 <= 8, as winograd_transforms.py (the numba kernels): the input
@@ -393,14 +384,6 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
             pool_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], (int)s[14],
                       s[15], tmp, t * rows / parts, (t + 1) * rows / parts);
             free(tmp);
-        }
-        return;
-    }
-    case STEP_ADD: { /* a b y count act: split in multiples of 64 floats */
-        int64_t cnt = s[4], blocks = (cnt + 63) / 64, parts = MAX(1, MIN(T, blocks));
-        if (t < parts) {
-            int64_t i0 = t * blocks / parts * 64, i1 = MIN(cnt, (t + 1) * blocks / parts * 64);
-            add_range(F(1), F(2), F(3), s[5], i0, i1);
         }
         return;
     }
