@@ -22,6 +22,8 @@ devices, and chosen-vs-random cells.
   with the 10 % fastest and slowest of them on the target removed, and the query set is archs 900-1899 with the
   same trimming (800 cells) — the test set HELP's published Spearman figures were measured on. Sources keep all
   their cells (``--help-sources pool``: only HELP's trimmed meta-train pool of each source).
+* ``blendloso``: how ``transfer-ridge``'s blend temper (its anchors against its mixture) was chosen without the
+  targets — the ``loso`` tasks on both splits (all cells and HELP's), N = 10, blend tempers 1, 2, 4, 8 and off.
 * ``n1000``: 1,000 target cells — LETI's single-device best per device against ``transfer-boost`` on the same
   family and against the raw source latencies as columns (Spearman, Acc@10, which columns were kept per seed).
 
@@ -71,7 +73,7 @@ def rows(res, sizes, specs, target=None):
                 m = per[s][n].summary()
                 tag = s + ("*" if s == best else "")
                 bar = f"{target[dev]:.3f}" if target and dev in target and n == 10 and s == specs[0] else ""
-                print(f"{dev:16s} {n:4d} {tag:16s} {m['mean']['spearman']:.3f} ± {m['std']['spearman']:.3f}   "
+                print(f"{dev:16s} {n:4d} {tag:22s} {m['mean']['spearman']:.3f} ± {m['std']['spearman']:.3f}   "
                       f"{100 * m['mean']['acc@10%']:5.1f} ± {100 * m['std']['acc@10%']:4.1f}   {m['mean']['r2']:7.3f} "
                       f"{100 * m['mean']['rmspe']:6.1f}  {bar}", flush=True)
 
@@ -96,6 +98,10 @@ def loo(nb201, dev):
     return TransferData([nb201[dev]], sources_from([d for k, d in nb201.items() if k != dev]))
 
 
+#: ``transfer-ridge`` with its anchors blended in (``blend=4``), reported beside the default where it is measured
+BLENDED = "transfer-ridge blend=4"
+
+
 def arch_indices(nb201) -> dict[str, np.ndarray]:
     """Per device: ``pos[i]`` = the row of NB201 arch index ``i`` in its table (-1 where it has none)."""
     import pandas as pd
@@ -114,11 +120,13 @@ def arch_indices(nb201) -> dict[str, np.ndarray]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--parts", default="help,nb101,int8,choose", help="help, full, n1000, nb101, int8, choose, chooseloso, curve, loso, helpexact")
+    ap.add_argument("--parts", default="help,nb101,int8,choose", help="help, full, n1000, nb101, int8, choose, chooseloso, curve, loso, helpexact, blendloso")
     ap.add_argument("--devices", default="pixel2,raspi4,titan_rtx_1,gold_6226,eyeriss")
     ap.add_argument("--quick", action="store_true",
                     help="HELP split at N = 10 only, transfer-ridge (and --predictors) only: minutes, to iterate")
     ap.add_argument("--predictors", default="transfer-ridge", help="with --quick: the predictors compared")
+    ap.add_argument("--ridge-blend", type=float, default=0.0,
+                    help="with --quick: transfer-ridge's blend temper (0: off, the default; 4: the anchors blended in)")
     ap.add_argument("--quick-loso", action="store_true",
                     help="with --parts loso: only the default against the previous round's variants (T = 2)")
     ap.add_argument("--sizes", default="5,10,20,50,100", help="with --parts curve: the train sizes")
@@ -143,7 +151,8 @@ def main() -> None:
         header(f"quick: NB201, leave one device out, N = 10, seeds {seeds}")
         qspecs, out = tuple(args.predictors.split(",")), {}
         for dev in devices:
-            res = evaluate_transfer(loo(nb201, dev), qspecs, (10,), seeds)
+            res = evaluate_transfer(loo(nb201, dev), qspecs, (10,), seeds,
+                                    overrides={"transfer-ridge": {"blend": args.ridge_blend}})
             rows(res, (10,), qspecs, HELP)
             out.update(summary(res, (10,), qspecs))
         return out
@@ -168,20 +177,21 @@ def main() -> None:
             out.update(summary(res, (1000,), fspecs))
         return out
 
+    index = arch_indices(nb201)
+
+    def trimmed(d, lo, hi):
+        """HELP's trimming: the rows of archs lo..hi-1 the device measured, its 10 % fastest and slowest removed."""
+        ix = index[d.device][lo:hi]
+        ix = ix[ix >= 0]
+        ix = ix[np.argsort(d.latency_ms[ix], kind="stable")]
+        return ix[int(len(ix) * 0.1):int(len(ix) * 0.9)]
+
     def help_exact():
         # HELP's meta-test split (HayeonLee/HELP loader.py: num_meta_train_sample 900, num_query 1000,
         # remove_outlier): train cells from archs 0-899, query archs 900-1899, each trimmed to its middle 80 %
         from leti.predict.data import DeviceData
         from leti.predict.metrics import score_all
         from leti.predict.transfer.evaluate import fit_one
-
-        index = arch_indices(nb201)
-
-        def trimmed(d, lo, hi):
-            ix = index[d.device][lo:hi]
-            ix = ix[ix >= 0]
-            ix = ix[np.argsort(d.latency_ms[ix], kind="stable")]
-            return ix[int(len(ix) * 0.1):int(len(ix) * 0.9)]
 
         print(f"\n## NB201, HELP's own split (train from archs 0-899, query archs 900-1899, both trimmed to the middle "
               f"80 %), sources: {args.help_sources} cells, seeds {seeds}")
@@ -195,16 +205,18 @@ def main() -> None:
                         for ix in [trimmed(s, 0, 900)]]
             sources = sources_from(srcs)
             pool, query = trimmed(d, 0, 900), trimmed(d, 900, 1900)
-            res = {s: {n: PredictorResult(s) for n in (10, 20)} for s in specs}
+            hspecs = (specs[0], BLENDED, *specs[1:])
+            res = {s: {n: PredictorResult(s) for n in (10, 20)} for s in hspecs}
             for n in (10, 20):
                 for seed in seeds:
                     tr = np.random.default_rng(seed).permutation(pool)[:n]
-                    for spec in specs:
-                        model = fit_one(spec, d, sources, tr, seed)[0]
+                    for spec in hspecs:
+                        model = (fit_one("transfer-ridge", d, sources, tr, seed, overrides={"blend": 4.0})[0]
+                                 if spec == BLENDED else fit_one(spec, d, sources, tr, seed)[0])
                         res[spec][n].seeds.append({"seed": seed, "metrics": score_all(d.latency_ms[query],
                                                                                       model.predict(d.cells.take(query)))})
-            rows({dev: res}, (10, 20), specs, HELP)
-            out.update(summary({dev: res}, (10, 20), specs))
+            rows({dev: res}, (10, 20), hspecs, HELP)
+            out.update(summary({dev: res}, (10, 20), hspecs))
         return {"sources": args.help_sources, "query_cells": 800, **out}
 
     def n1000():
@@ -336,6 +348,50 @@ def main() -> None:
         print(f"{'all tasks':16s} " + " ".join(f"{out_rows['all tasks'][c]:14.4f}" for c in configs))
         return out_rows
 
+    def blend_loso():
+        # the choice of transfer-ridge's blend temper, made on sources only: the loso tasks on both splits; the
+        # cross-validated errors do not depend on the temper, so each fit is scored under every temper
+        from leti.predict.metrics import score_all
+        from leti.predict.transfer import make_transfer
+
+        from leti.predict.transfer.ridge import blend_weights
+
+        tempers = tuple((t, p) for t in (0.0, 1.0, 2.0, 4.0) for p in ((0.5,) if t == 0 else (1 / 7, 0.5, 0.8)))
+        score = {}
+        for pseudo, out, data in loso_tasks():
+            d = data.targets[0]
+            pool, query = trimmed(d, 0, 900), trimmed(d, 900, 1900)
+            for split in ("all", "help"):
+                for seed in seeds:
+                    if split == "help":
+                        tr, te = np.random.default_rng(seed).permutation(pool)[:10], query
+                    else:
+                        order = np.random.default_rng(seed).permutation(len(d.latency_ms))
+                        tr, te = order[:10], order[10:]
+                    m = make_transfer("transfer-ridge", blend=4.0).fit(d.cells.take(tr), d.latency_ms[tr],
+                                                                       data.sources)
+                    mse, n = m.blend_var_, len(tr)
+                    for t in tempers:
+                        m.blend_weights_ = np.eye(len(mse))[0] if t[0] == 0 else blend_weights(mse, n, *t)
+                        sp = score_all(d.latency_ms[te], m.predict(d.cells.take(te)))["spearman"]
+                        score.setdefault((pseudo, out, split, t), []).append(sp)
+        name = lambda t: "off" if t[0] == 0 else f"T{t[0]:g} p{t[1]:.2f}"  # noqa: E731
+        print(f"\n## leave-one-source-out choice of the blend temper T and the mixture's prior share p, N = 10, "
+              f"seeds {seeds}")
+        out_rows = {}
+        for split in ("all", "help"):
+            print(f"{split + ' split':16s} " + " ".join(f"{name(t):>11s}" for t in tempers))
+            for t in devices:
+                row = {f"{split}, {name(x)}": float(np.mean([np.mean(score[(p, t, split, x)]) for p in devices if p != t]))
+                       for x in tempers}
+                out_rows.setdefault(t, {}).update(row)
+                print(f"{t:16s} " + " ".join(f"{row[f'{split}, {name(x)}']:11.4f}" for x in tempers), flush=True)
+            row = {f"{split}, {name(x)}": float(np.mean([np.mean(v) for k, v in score.items() if k[2] == split and k[3] == x]))
+                   for x in tempers}
+            out_rows.setdefault("all tasks", {}).update(row)
+            print(f"{'all tasks':16s} " + " ".join(f"{row[f'{split}, {name(x)}']:11.4f}" for x in tempers))
+        return out_rows
+
     def choose_loso():
         # the choice among cell-choice variants, made on sources only (as loso does for the temper): each source
         # of a target in turn is the pseudo-target of the other three
@@ -370,7 +426,8 @@ def main() -> None:
     if args.quick:
         parts = ["quick"]
     for name, fn in (("quick", quick), ("help", help_split), ("full", full), ("n1000", n1000), ("nb101", nb101), ("int8", int8),
-                     ("choose", chosen), ("chooseloso", choose_loso), ("curve", curve), ("loso", loso), ("helpexact", help_exact)):
+                     ("choose", chosen), ("chooseloso", choose_loso), ("curve", curve), ("loso", loso), ("helpexact", help_exact),
+                     ("blendloso", blend_loso)):
         part(name, fn)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s, load average {os.getloadavg()}")
 
