@@ -20,6 +20,8 @@ was; refit afterwards with ``leti kernels build ... --budget-minutes <the spent 
         --kernel-types grouped_conv2d --narrow-tail-max 72 --networks      (session 16: narrow panels, groups of 8)
     PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \\
         --winograd-multipass --networks                                    (session 16: Winograd in tile blocks)
+    PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \
+        --one-pixel-products --networks --calibration                      (session 21: the packed matrix-vector product)
 
 Items are re-split as they are timed (the kernel rows stored with a network are the current split's). Added
 kernels join the store's last round with origin ``added`` (the refit uses them like any other).
@@ -60,6 +62,14 @@ def winograd_multipass(k: dict) -> bool:
     return False
 
 
+def one_pixel_product(k: dict) -> bool:
+    """A product with one input row at batch 1 that session 21's engine runs as the packed matrix-vector product: a
+    fully connected layer on one pixel, a stride-1 1×1 convolution on a 1×1 map."""
+    one = int(k["output_h"]) * int(k["output_w"]) == 1
+    return one and (k["kernel_type"] == "dense" or (k["kernel_type"] == "conv2d" and int(k["kernel_h"]) == 1
+                                                    and int(k["kernel_w"]) == 1 and int(k["stride"]) == 1))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, required=True, help="a kernel build's kernels.sqlite (changed in place)")
@@ -74,6 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--winograd-multipass", action="store_true",
                     help="re-time the stride-1 square-window convolutions whose Winograd tiles take more than one "
                          "pass under the engine's tile blocks (leti.engine.backends.cpu.conv.winograd_block)")
+    ap.add_argument("--one-pixel-products", action="store_true",
+                    help="re-time the fully connected layers and 1x1 convolutions with one output pixel (batch 1)")
     ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
     ap.add_argument("--calibration", action="store_true", help="re-time every calibration chain")
     ap.add_argument("--probes", action="store_true",
@@ -109,7 +121,8 @@ def main(argv=None) -> int:
                  and float(k.get("bytes_weights", 0.0)) >= args.kernels_min_weights)
                     or k["kernel_type"] in types
                     or (args.narrow_tail_max is not None and narrow_tail(k, args.narrow_tail_max))
-                    or (args.winograd_multipass and winograd_multipass(k))):
+                    or (args.winograd_multipass and winograd_multipass(k))
+                    or (args.one_pixel_products and one_pixel_product(k))):
                 todo.append(("kernel", r, r["ratio"]))
         if args.networks:
             todo += [("network", r, r["ratio"]) for r in store.measured("network").to_dict("records")]

@@ -4,7 +4,8 @@ A kernel with one output pixel (a classifier, a squeeze-excite or head 1x1 convo
 weight once per inference. Timed alone, again and again, its weights stay in the cache; in a network whose working
 set exceeds the cache they come from memory every time. This script adds ``k · gemv_mb · lost(C)`` to a predictor's
 zoo predictions — ``gemv_mb`` the MB of weights of the model's one-pixel kernels, ``lost(C)`` the evicted-term ramp
-(0 below C/2 MB of model weights, 1 from C MB) — and prints Acc@10 on the zoo's dev and test splits
+(:func:`~leti.predict.kernels.model.eviction_ramp`: 0 below C/2 MB of model weights, 1 from C MB) — and prints
+Acc@10 on the zoo's dev and test splits
 (:func:`bench_kernels_zoo.zoo_split`) for a grid of C and k, and the same term's leave-one-out error on the
 predictor's own calibration networks (what a build could choose it by).
 
@@ -26,7 +27,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels_zoo import zoo_split  # noqa: E402
 
-from leti.predict.kernels.model import Overhead, load_kernel_predictor, model_aggregates  # noqa: E402
+from leti.predict.kernels.model import Overhead, eviction_ramp, load_kernel_predictor, model_aggregates  # noqa: E402
 from leti.predict.kernels.split import split_model  # noqa: E402
 
 
@@ -35,10 +36,6 @@ def gemv_mb(rows: pd.DataFrame, index: pd.Index) -> np.ndarray:
     w = rows.bytes_weights.to_numpy(float)
     pix = rows.output_h.to_numpy(float) * rows.output_w.to_numpy(float)
     return pd.Series(np.where(pix <= 1, w, 0.0) / 1e6, index=rows.index).groupby(rows.model).sum().reindex(index).to_numpy()
-
-
-def lost(weights_mb: np.ndarray, c: float) -> np.ndarray:
-    return np.clip((weights_mb - c / 2) / (c / 2), 0.0, 1.0)
 
 
 def main() -> None:
@@ -63,7 +60,7 @@ def main() -> None:
           f"{acc(base, split != ''):6.1f}")
     for c in (8, 16, 32, 64):
         for k in (0.02, 0.04, 0.06):
-            pred = base + k * g * lost(agg.weights_mb.to_numpy(), c)
+            pred = base + k * g * eviction_ramp(agg.weights_mb.to_numpy(), c)
             print(f"{c:7d} {k:10.2f} {acc(pred, split == 'dev'):6.1f} {acc(pred, split == 'test'):6.1f} "
                   f"{acc(pred, split != ''):6.1f}")
     # the calibration networks: the same term's coefficient fitted beside the chosen overhead's terms
@@ -78,7 +75,7 @@ def main() -> None:
     for c in (None, 8, 16, 32):
         a = Overhead._design(nagg, terms)
         if c is not None:
-            a = np.column_stack([a, ng * lost(nagg.weights_mb.to_numpy(), c)])
+            a = np.column_stack([a, ng * eviction_ramp(nagg.weights_mb.to_numpy(), c)])
         r = Overhead._loo_residuals(a, ny)
         coef = Overhead._nnls(a, ny)
         print(f"  {'without' if c is None else f'C = {c}':10s} {np.sqrt(np.mean(r ** 2)):.4f}  k = "

@@ -64,13 +64,16 @@ def test_mkl_gemm_matches_numpy(rng, threads, rows, k, n, act):
 
 
 @pytest.mark.parametrize("act", [0, 1, 2])
-def test_gemv_splits_the_outputs(rng, act):
-    x = rng.standard_normal(300).astype(np.float32)
-    wt = rng.standard_normal((130, 300)).astype(np.float32)
+@pytest.mark.parametrize("k", [300, 7])
+def test_gemv_splits_the_outputs(rng, act, k):
+    """The batch-1 product over weights packed in panels of 16 outputs (130 = 8 panels + 2 outputs of a padded
+    ninth; an odd k leaves one input element after the kernel's pairs)."""
+    x = rng.standard_normal(k).astype(np.float32)
+    w = rng.standard_normal((k, 130)).astype(np.float32)
     bias = rng.standard_normal(130).astype(np.float32)
     y = np.full(130, np.nan, np.float32)
-    K.gemv_bias_act(x, wt, y, bias, True, act)
-    ref = wt.astype(np.float64) @ x + bias
+    K.gemv_bias_act(x, ckernels.pack(w), y, bias, True, act)
+    ref = x.astype(np.float64) @ w + bias
     ref = {0: ref, 1: np.maximum(ref, 0), 2: _relu6(ref)}[act]
     assert rel_err(y, ref) < TOL
 

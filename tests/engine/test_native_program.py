@@ -113,6 +113,30 @@ def test_native_head_matches_reference(rng, threads, k, n):
 
 @needs_program
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("nb", [1, 2])
+def test_one_pixel_convolutions_run_as_the_packed_gemv(rng, threads, nb):
+    """A squeeze-excite's 1×1 convolutions on the pooled 1×1 map (and a 1×1 classifier convolution) are
+    matrix-vector products over packed panels at batch 1 (odd sizes: a partial last panel, an odd k), products
+    at batch 2; both paths give the reference's outputs."""
+    from leti.engine.backends.cpu import native
+
+    c = _Chain((nb, 6, 5, 37), rng)
+    c.add("mean", axes=[1, 2], keepdims=True)
+    c.add("conv2d", [c.w(1, 1, 37, 9), c.w(9)], padding="same", activation="relu")
+    c.add("conv2d", [c.w(1, 1, 9, 37), c.w(37)], padding="same")
+    c.add("conv2d", [c.w(1, 1, 37, 1001, scale=0.05), c.w(1001)], padding="valid", activation="relu6")
+    g = c.graph()
+    fused, single = _sessions(g, threads)
+    kinds = fused._program[0].table[:, 0].tolist()
+    assert kinds.count(native.GEMV) == (3 if nb == 1 else 0)
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32) * 3
+    a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
+    ref = run_reference(g, {"x": x})[g.outputs[0]]
+    assert rel_err(a, ref) < 1e-4 and rel_err(b, ref) < 1e-4
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("nb, c_in", [(1, 16), (2, 13)])
 def test_native_pooling_sums_and_concatenations(rng, threads, nb, c_in):
     """An NB101-like cell: max pooling at strides 1 and 2, average pooling (taps inside the input only), a sum with

@@ -79,7 +79,7 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame
         cols["weights_mb"], cols["stream_mb"] = total(weights) / 1e6, total(weights / pixels) / 1e6
         for c in EVICTION_MB:  # the weights a C MB cache held for the kernel alone and cannot hold for the model
             held = total(np.where(weights < c * 1e6, weights, 0.0)) / 1e6
-            cols[evicted_term(c)] = held * np.clip((cols["weights_mb"] - c / 2) / (c / 2), 0.0, 1.0)
+            cols[evicted_term(c)] = held * eviction_ramp(cols["weights_mb"], c)
     cell = m * len(types) + k
     count = np.bincount(cell, minlength=n * len(types)).reshape(n, len(types)).astype(np.float64)
     per = np.bincount(cell, weights=ms, minlength=n * len(types)).reshape(n, len(types))
@@ -90,6 +90,11 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame
 
 #: cache sizes (MB) of the eviction term (``evicted_mb@C``); the fit takes at most one, by leave-one-out
 EVICTION_MB = (4, 8, 16, 32)
+
+
+def eviction_ramp(weights_mb: np.ndarray, c: float) -> np.ndarray:
+    """The share of a C MB cache's contents a model with ``weights_mb`` MB of weights evicts: 0 up to C/2, 1 from C."""
+    return np.clip((np.asarray(weights_mb, np.float64) - c / 2) / (c / 2), 0.0, 1.0)
 
 
 def evicted_term(c: float) -> str:

@@ -9,16 +9,15 @@ import numba
 import numpy as np
 
 from leti.engine.backends.base import Execution, OpContext, executions_of
-from leti.engine.backends.cpu import ckernels, native
+from leti.engine.backends.cpu import native
 from leti.engine.backends.cpu import kernels as K
-from leti.engine.backends.cpu.conv import gemm_runner
+from leti.engine.backends.cpu.conv import _bias_act, gemm_runner, gemv_execution
 from leti.engine.backends.cpu.pooling import pool2d, pool_direct
 from leti.engine.ops.batch_norm import scale_shift
 from leti.engine.ops.pool import window
 from leti.engine.ops.slice import bounds
 
 EXECUTIONS = executions_of("cpu")
-_EMPTY = np.zeros(1, dtype=np.float32)
 
 
 def _act_inplace(y: np.ndarray, act: str) -> None:
@@ -34,21 +33,11 @@ def fully_connected(ctx: OpContext, be):
     if w is None:
         return None
     k, n = w.shape
-    bias = ctx.constants.get(2)
-    b = np.array(bias, dtype=np.float32) if bias is not None else _EMPTY  # its own copy (conv._bias_act)
-    act = K.ACT_CODE[ctx.attrs.get("activation", "none")]
+    b, has_bias, act = _bias_act(ctx, n)
     rows = int(np.prod(ctx.in_shapes[0])) // k
-    if rows == 1:  # batch 1: a matrix-vector product, split over the outputs
-        wt = ckernels.aligned_copy(np.asarray(w, dtype=np.float32).T)  # streamed once per run: huge pages
-
-        def run_gemv(ins, outs, scratch):
-            K.gemv_bias_act(ins[0].reshape(k), wt, outs[0].reshape(n), b, bias is not None, act)
-
-        def gemv_records(ins, outs, scratch):
-            return native.gemv(ins[0].reshape(k), wt, outs[0].reshape(n), b, bias is not None, act)
-
-        return Execution(run_gemv, native=gemv_records)
-    gemm = gemm_runner(np.asarray(w, dtype=np.float32), b, bias is not None, act)
+    if rows == 1:  # batch 1: a matrix-vector product
+        return gemv_execution(w, b, has_bias, act)
+    gemm = gemm_runner(np.asarray(w, dtype=np.float32), b, has_bias, act)
 
     def run(ins, outs, scratch):
         gemm(ins[0].reshape(rows, k), outs[0].reshape(rows, n))

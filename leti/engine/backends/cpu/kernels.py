@@ -169,18 +169,20 @@ def residual_act(y, res, act):
 
 
 @njit(parallel=True, cache=True, fastmath=True)
-def gemv_bias_act(x, wt, y, bias, has_bias, act):
-    """``y = act(wt @ x + bias)`` for one input row (a fully connected layer at batch 1): one dot
-    product per output, split over numba's threads (a split over rows would leave all but one
-    thread idle), streaming ``wt`` (n × k, C order) once."""
-    n, k = wt.shape
-    for c in prange(n):
-        acc = np.float32(0.0)
+def gemv_bias_act(x, wp, y, bias, has_bias, act):
+    """``y = act(x @ w + bias)`` for one input row (a fully connected layer at batch 1), ``w`` packed as the
+    products' (``ckernels.pack``: panels of k × 16 outputs): one panel per iteration, split over numba's threads
+    (a split over rows would leave all but one thread idle), streaming the weights once, in order."""
+    n = y.shape[0]
+    panels, k, nr = wp.shape
+    for p in prange(panels):
+        acc = np.zeros(nr, np.float32)
         for j in range(k):
-            acc += x[j] * wt[c, j]
-        if has_bias:
-            acc += bias[c]
-        y[c] = _act(acc, act)
+            for q in range(nr):
+                acc[q] += x[j] * wp[p, j, q]
+        for q in range(min(nr, n - p * nr)):
+            v = acc[q] + bias[p * nr + q] if has_bias else acc[q]
+            y[p * nr + q] = _act(v, act)
 
 
 @njit(parallel=True, cache=True)

@@ -177,10 +177,11 @@ def softmax_rows(x2, beta: float, y2) -> list[list[int]]:
     return [[SOFTMAX, _addr(x2), _addr(y2), rows, c, _f32_bits(beta)]]
 
 
-def gemv(x, wt, y, bias, has_bias: bool, act: int) -> list[list[int]]:
-    """``y = act(wt @ x + bias)``: a fully connected layer at batch 1, ``wt`` (n × k) row-major."""
-    n, k = wt.shape
-    return [[GEMV, _addr(x), _addr(wt), _addr(y), _addr(bias) if has_bias else 0, k, n, act]]
+def gemv(x, wp, y, bias, has_bias: bool, act: int) -> list[list[int]]:
+    """``y = act(x @ w + bias)``: a fully connected layer at batch 1, ``wp`` the weights packed as the products'
+    (``ckernels.pack``: panels of k × 16 outputs), ``y`` its n outputs."""
+    k, n = wp.shape[1], y.shape[0]
+    return [[GEMV, _addr(x), _addr(wp), _addr(y), _addr(bias) if has_bias else 0, k, n, act]]
 
 
 class Program:

@@ -87,36 +87,35 @@ static void softmax_rows(const float *x, float *y, int64_t rows, int64_t c, floa
     }
 }
 
-/* y[o] = act(x . wt[o] + bias[o]) for outputs o0..o1-1: a fully connected layer at batch 1, wt (n x k) row-major,
- * four outputs at a time sharing the loads of x */
-static void gemv_rows(const float *x, const float *wt, float *y, const float *bias, int64_t k, int64_t act, int64_t o0,
-                      int64_t o1) {
-    int64_t k8 = k & ~(int64_t)7;
-    int64_t o = o0;
-    for (; o + 4 <= o1; o += 4) {
-        const float *w0 = wt + o * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
+/* y[o] = act(x . w[:, o] + bias[o]) for the outputs of panels p0..p1-1: a fully connected layer at batch 1, its
+ * weights packed as the products' (ckernels.pack: ceil(n/16) panels of k x 16, zero-padded). Why packed and not
+ * one row per output: the weights are read once per inference, from memory when the network's working set has
+ * left the cache, and one linear stream is what the prefetchers follow best. Measured on this Zen 3 host, 8 MB
+ * of weights after 64 MB of other data: four rows at a time 0.31 ms, the packed stream 0.2 ms (XNNPACK 0.19-0.21);
+ * warm (the kernel timed alone) the two are level. Two input elements per step, four accumulators. */
+static void gemv_panels(const float *x, const float *wp, float *y, const float *bias, int64_t k, int64_t n,
+                        int64_t act, int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+        const float *w = wp + p * k * NR;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int64_t j = 0; j < k8; j += 8) {
-            __m256 xv = _mm256_loadu_ps(x + j);
-            a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w0 + j), a0);
-            a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w1 + j), a1);
-            a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w2 + j), a2);
-            a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w3 + j), a3);
+        int64_t j = 0;
+        for (; j + 2 <= k; j += 2, w += 2 * NR) {
+            _mm_prefetch((const char *)(w + 1024), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + 1040), _MM_HINT_T0);
+            __m256 x0 = _mm256_broadcast_ss(x + j), x1 = _mm256_broadcast_ss(x + j + 1);
+            a0 = _mm256_fmadd_ps(x0, _mm256_load_ps(w), a0);
+            a1 = _mm256_fmadd_ps(x0, _mm256_load_ps(w + 8), a1);
+            a2 = _mm256_fmadd_ps(x1, _mm256_load_ps(w + 16), a2);
+            a3 = _mm256_fmadd_ps(x1, _mm256_load_ps(w + 24), a3);
         }
-        float t[4][8];
-        _mm256_storeu_ps(t[0], a0), _mm256_storeu_ps(t[1], a1), _mm256_storeu_ps(t[2], a2), _mm256_storeu_ps(t[3], a3);
-        for (int q = 0; q < 4; ++q) {
-            float v = ((t[q][0] + t[q][4]) + (t[q][1] + t[q][5])) + ((t[q][2] + t[q][6]) + (t[q][3] + t[q][7]));
-            for (int64_t j = k8; j < k; ++j) v += x[j] * wt[(o + q) * k + j];
-            if (bias) v += bias[o + q];
-            y[o + q] = activate1(v, act);
+        if (j < k) {
+            __m256 x0 = _mm256_broadcast_ss(x + j);
+            a0 = _mm256_fmadd_ps(x0, _mm256_load_ps(w), a0);
+            a1 = _mm256_fmadd_ps(x0, _mm256_load_ps(w + 8), a1);
         }
-    }
-    for (; o < o1; ++o) {
-        float v = 0.0f;
-        for (int64_t j = 0; j < k; ++j) v += x[j] * wt[o * k + j];
-        if (bias) v += bias[o];
-        y[o] = activate1(v, act);
+        float t[NR];
+        _mm256_storeu_ps(t, _mm256_add_ps(a0, a2)), _mm256_storeu_ps(t + 8, _mm256_add_ps(a1, a3));
+        for (int64_t q = 0, o = p * NR; q < NR && o < n; ++q, ++o) y[o] = activate1(t[q] + (bias ? bias[o] : 0.0f), act);
     }
 }
 
@@ -361,12 +360,9 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
         if (t == 0) softmax_rows(F(1), F(2), s[3], s[4], beta);
         return;
     }
-    case STEP_GEMV: { /* x wt y bias k n act: outputs split in multiples of 4 */
-        int64_t n = s[6], parts = MAX(1, MIN(T, n / 4));
-        if (t < parts) {
-            int64_t o0 = (t * n / parts) & ~(int64_t)3, o1 = t == parts - 1 ? n : ((t + 1) * n / parts) & ~(int64_t)3;
-            gemv_rows(F(1), F(2), F(3), F(4), s[5], s[7], o0, o1);
-        }
+    case STEP_GEMV: { /* x wp y bias k n act: panels of 16 outputs split */
+        int64_t panels = (s[6] + NR - 1) / NR, parts = MAX(1, MIN(T, panels));
+        if (t < parts) gemv_panels(F(1), F(2), F(3), F(4), s[5], s[6], s[7], t * panels / parts, (t + 1) * panels / parts);
         return;
     }
     case STEP_IM2COL: { /* x col h wd c kh kw sh sw dh dw pt pl oh ow rows: rows of nb x oh split */
