@@ -22,6 +22,8 @@ was; refit afterwards with ``leti kernels build ... --budget-minutes <the spent 
         --winograd-multipass --networks                                    (session 16: Winograd in tile blocks)
     PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \
         --one-pixel-products --networks --calibration                      (session 21: the packed matrix-vector product)
+    PYTHONPATH=. python benchmarks/retime_build.py --store kp/kernels.sqlite --device engine \
+        --measured-before 2026-11-28                                       (session 21: another host)
 
 Items are re-split as they are timed (the kernel rows stored with a network are the current split's). Added
 kernels join the store's last round with origin ``added`` (the refit uses them like any other).
@@ -86,6 +88,9 @@ def main(argv=None) -> int:
                          "pass under the engine's tile blocks (leti.engine.backends.cpu.conv.winograd_block)")
     ap.add_argument("--one-pixel-products", action="store_true",
                     help="re-time the fully connected layers and 1x1 convolutions with one output pixel (batch 1)")
+    ap.add_argument("--measured-before", default=None, metavar="YYYY-MM-DD",
+                    help="re-time every item (kernels, chains, networks, probes) measured before this day: the host "
+                         "changed (session 21: a Zen 5 runs the reference kernel in 0.059 ms, session 19's host 0.078)")
     ap.add_argument("--networks", action="store_true", help="re-time every calibration network")
     ap.add_argument("--calibration", action="store_true", help="re-time every calibration chain")
     ap.add_argument("--probes", action="store_true",
@@ -115,21 +120,18 @@ def main(argv=None) -> int:
         bench.rules = FusionRules.from_dict(store.get("rules"))
         todo = []  # (kind, item row as a dict, its old ratio or None for an added kernel)
         types = {t for t in args.kernel_types.split(",") if t}
+        old_host = lambda r: args.measured_before is not None and str(r["measured_at"]) < args.measured_before  # noqa: E731
         for r in store.measured("kernel").to_dict("records"):
             k = r["kernels"][0]
-            if ((args.kernels_min_weights is not None
+            if (old_host(r) or (args.kernels_min_weights is not None
                  and float(k.get("bytes_weights", 0.0)) >= args.kernels_min_weights)
                     or k["kernel_type"] in types
                     or (args.narrow_tail_max is not None and narrow_tail(k, args.narrow_tail_max))
                     or (args.winograd_multipass and winograd_multipass(k))
                     or (args.one_pixel_products and one_pixel_product(k))):
                 todo.append(("kernel", r, r["ratio"]))
-        if args.networks:
-            todo += [("network", r, r["ratio"]) for r in store.measured("network").to_dict("records")]
-        if args.calibration:
-            todo += [("calibration", r, r["ratio"]) for r in store.measured("calibration").to_dict("records")]
-        if args.probes:
-            todo += [("probe", r, r["ratio"]) for r in store.measured("probe").to_dict("records")]
+        for kind, every in (("network", args.networks), ("calibration", args.calibration), ("probe", args.probes)):
+            todo += [(kind, r, r["ratio"]) for r in store.measured(kind).to_dict("records") if every or old_host(r)]
         if args.add:
             sampler, rng = KernelSampler(), np.random.default_rng(args.seed)
             for spec in args.add:

@@ -40,6 +40,8 @@ def build_cmd(
                                  "more the overhead (per kernel type) is fitted on them."),
     detect: bool = typer.Option(True, "--detect/--no-detect", help="Measure the fusion rules first (else: the "
                                 "runtime's rules known a priori)."),
+    cache_probe: bool = typer.Option(True, "--cache-probe/--no-cache-probe", help="Measure what one-pixel kernels' "
+                                     "weights cost once a network has pushed them out of the cache (a few seconds)."),
 ) -> None:
     """Measure kernels of the device within a budget (adaptive sampling) and save its kernel predictor.
 
@@ -70,7 +72,7 @@ def build_cmd(
     try:
         report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
                                         n_calibration=calibration, n_networks=networks, detect=detect,
-                                        notify=notify)
+                                        cache_probe=cache_probe, notify=notify)
     finally:
         bar.stop()
     for note in report.notes:

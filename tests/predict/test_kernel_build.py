@@ -157,6 +157,10 @@ def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     assert list(cal.columns[:2]) == ["model", "latency_ms"] and (cal.latency_ms > 0).all()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["fusion_rules"]["runtime"] == "tflite-xnnpack" and manifest["device"] == "local"
+    # a build of convolutions measures the device's cache profile once and keeps it in the store and the predictor
+    assert manifest["cache"]["weights_mb"] == [1.0, 2.0, 4.0, 8.0] and manifest["cache"]["lost"][0] == 0.0
+    with sqlite3.connect(db) as c:
+        assert json.loads(c.execute("SELECT value FROM meta WHERE key='cache_profile'").fetchone()[0]) == manifest["cache"]
     # the predictor predicts a model of its kernel types, a conv net with hard-swish, in a sane range
     import keras
 
@@ -189,6 +193,7 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     assert fitted and set(fitted[0]) == {"hard_swish", "relu"} and fitted[0]["hard_swish"]["n"] >= 3
     assert sum(report.per_type.values()) == len(pd.read_parquet(tmp_path / "kp" / "kernels.parquet"))
     assert report.rules == {"runtime": "tflite-xnnpack", "fuse": {}, "source": "default"}  # not detected: a priori
+    assert "cache" not in json.loads((tmp_path / "kp" / "manifest.json").read_text())  # no one-pixel product type
     # benchmarks/bench_kernels_alone.py: every kernel of a model built alone and timed against the build's reference
     import importlib.util
 

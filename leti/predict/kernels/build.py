@@ -14,7 +14,8 @@ The build (nn-Meter's adaptive sampling, with LETI's uncertainty) runs in rounds
    candidates with the largest predicted uncertainty (the bagged members' spread) among fresh draws and
    draws near the kernels predicted worst;
 
-until the budget (wall minutes, conversion, fits and detection included) is spent. The final predictor
+until the budget (wall minutes, conversion, fits and detection included) is spent; then, once, the device's cache
+profile (:mod:`.cache`: what a one-pixel kernel's weights cost once a network has pushed them out). The final predictor
 (regressors on every kernel, overhead on the calibration models) is saved in ``out/`` with the measured
 fusion rules, beside ``kernels.parquet`` (the measured kernel table, LETI's schema), ``calibration.parquet``
 (``model, latency_ms``) and ``kernels.sqlite``, the resumable state (:mod:`.build_store`).
@@ -185,11 +186,12 @@ def plan_networks(store: BuildStore, n: int, seed: int) -> int:
 
 def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed: int = 0, threads: int = 1,
                            kernel_types: list[str] | None = None, n_calibration: int = 40, n_networks: int = 60,
-                           initial_per_type: int = 24, detect: bool = True, protocol=None,
+                           initial_per_type: int = 24, detect: bool = True, protocol=None, cache_probe: bool = True,
                            notify: Callable[[float, float, str], None] = lambda _s, _b, _m: None) -> BuildReport:
     """Build (or continue building) the kernel predictor of ``device`` (a name for
     :func:`~leti.device.registry.open_device`, or a device) into ``out`` within ``budget_minutes`` of wall
     time in all; ``kernel_types`` limits the types sampled (default: every type of the real networks);
+    ``cache_probe``: measure the device's cache profile (:func:`_cache_profile`);
     ``notify(spent_s, budget_s, what)`` is called after every step (the progress bar)."""
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench, runtime_of
@@ -267,6 +269,8 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             planned = store.plan("kernel", _plan_adaptive(store, sampler, types, weights, cv, worst, regressors,
                                                           quota, rng), last + 1)
             store.start_round(last + 1, planned)
+        cache = _cache_profile(store, bench, types, cache_probe, tick)
+        clock.save()
         bench.close()
         # the final predictor
         table = kernel_table(store, runtime)
@@ -274,7 +278,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             raise LetiError(f"no kernel was measured within {budget_minutes:g} minutes; give a larger --budget-minutes")
         cal_kernels, cal = calibration_tables(store, runtime)
         net_kernels, nets = calibration_tables(store, runtime, "network")
-        predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets)
+        predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets, cache)
         _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         cv = store.get("cv", {})
         if store.get("cv_rows") != len(table):  # kernels measured since the last round's fit
@@ -284,6 +288,26 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         return BuildReport(out, table.kernel_type.value_counts().to_dict(), clock.spent / 60.0, cv,
                            len(cal) + len(nets), rules, len(store.rounds()), clock.left(),
                            counts.get("kernel", {}).get("pending", 0), notes)
+
+
+#: kernel types that run as one-pixel products in real networks (a classifier, a squeeze-excite's convolutions):
+#: a build of any of them measures the device's cache profile
+ONE_PIXEL_TYPES = frozenset({"conv2d", "dense"})
+
+
+def _cache_profile(store: BuildStore, bench, types: list[str], wanted: bool, tick):
+    """The device's cache profile (:mod:`.cache`): measured once per build (a few seconds, after the budget too: the
+    final fit needs it) when the build samples one-pixel product types and the device runs models in this
+    process; kept in the store. None otherwise."""
+    from leti.predict.kernels.cache import CacheProfile, measure_cache_profile
+
+    if not wanted or not bench.device.pairable or not ONE_PIXEL_TYPES & set(types):
+        return None
+    saved = store.get("cache_profile")
+    if saved is None:
+        saved = measure_cache_profile(bench, tick).to_dict()
+        store.set("cache_profile", saved)
+    return CacheProfile.from_dict(saved)
 
 
 def _real_latency(sampler, regressors) -> np.ndarray | None:

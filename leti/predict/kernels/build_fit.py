@@ -16,6 +16,7 @@ import pandas as pd
 
 from leti.models.kernel_models import KernelConfig, expected_row
 from leti.predict.kernels.build_store import BuildStore
+from leti.predict.kernels.cache import CacheProfile
 from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, fit_kernel_predictor, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import COLUMNS, normalize
@@ -145,14 +146,17 @@ def predicted_log_std(regressors: KernelRegressors, configs: list[KernelConfig])
 
 def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame, rules: FusionRules,
               net_kernels: pd.DataFrame | None = None, nets: pd.DataFrame | None = None,
-              ) -> tuple[KernelLatencyPredictor, list[str]]:
+              cache: CacheProfile | None = None) -> tuple[KernelLatencyPredictor, list[str]]:
     """The predictor on every kernel (KernelRegressors' default settings), its overhead fitted on the
     calibration networks when there are :data:`MIN_NETWORKS` of them (per-type scales among the options),
-    else on the calibration chains (per-type kernel counts among the terms only with enough models)."""
+    else on the calibration chains (per-type kernel counts among the terms only with enough models);
+    ``cache``: the device's cache profile, whose one-pixel kernels' cost in a model comes before the overhead."""
     notes: list[str] = []
     predictor = fit_kernel_predictor(table[[c for c in COLUMNS if c in table]], rules=rules)
+    predictor.cache = cache
     if nets is not None and len(nets) >= MIN_NETWORKS:
-        rows = predictor.predict_kernels(net_kernels, allow_unknown=True, where="calibration networks")
+        rows = predictor.in_model(predictor.predict_kernels(net_kernels, allow_unknown=True,
+                                                            where="calibration networks"))
         agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
         agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
         predictor.overhead = Overhead().fit(agg, nets.set_index("model").latency_ms.loc[agg.index].to_numpy(),
@@ -172,7 +176,7 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
     if len(cal) < 5:
         notes.append(f"only {len(cal)} calibration models: latency = sum of kernels (no overhead term)")
         return predictor, notes
-    rows = predictor.predict_kernels(cal_kernels, allow_unknown=True, where="calibration models")
+    rows = predictor.in_model(predictor.predict_kernels(cal_kernels, allow_unknown=True, where="calibration models"))
     agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
     lat = cal.set_index("model").latency_ms.loc[agg.index].to_numpy()
     n_terms = 4 + sum(c.startswith("n:") for c in agg.columns)  # sum, one, MB out, a cache term

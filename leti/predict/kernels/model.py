@@ -31,6 +31,9 @@ pays a few microseconds of dispatch per step that a kernel timed alone does not 
 one standard error of the lowest leave-one-out error is taken. On the local CPU's networks that is
 ``1.03 * sum + 0.01 ms/MB * weights - 1 µs * kernels`` (the per-type scales fitted the random networks' quirks and
 did not carry over to the zoo; ``benchmarks/results/zoo_kernels_local_cpu.md``).
+A device whose build measured its cache (:mod:`.cache`, the local CPU and LETI's engine) adds to each one-pixel
+kernel what its weights cost once the model has pushed them out of the cache, before the overhead is fitted
+(:meth:`KernelLatencyPredictor.in_model`).
 Its leave-one-model-out log residual spread, with the kernel
 regressors' bagging spread, is the model prediction's uncertainty (log-normal; ``low_ms``/``high_ms`` bound
 90%). Without end-to-end latencies the overhead is the identity (latency = sum) and only the kernels'
@@ -50,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from leti.errors import CorruptModelError, DatasetError, LetiError
+from leti.predict.kernels.cache import CacheProfile
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import check_latency
 from leti.predict.kernels.split import FusionRules, rules_for
@@ -230,7 +234,7 @@ class ModelLatency:
     kernels: pd.DataFrame
 
     def to_dict(self) -> dict:
-        keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms") if c in self.kernels]
+        keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms", "cold_ms") if c in self.kernels]
         return {"model": self.model, "latency_ms": self.latency_ms, "std_ms": self.std_ms, "low_ms": self.low_ms,
                 "high_ms": self.high_ms, "kernel_sum_ms": self.kernel_sum_ms, "overhead_ms": self.overhead_ms,
                 "kernels": self.kernels[keep].to_dict(orient="records")}
@@ -240,11 +244,13 @@ class KernelLatencyPredictor:
     """Kernel regressors + overhead for one (device, runtime, precision)."""
 
     def __init__(self, regressors: KernelRegressors, overhead: Overhead, device: str, runtime: str,
-                 precision: str, rules: FusionRules | None = None) -> None:
+                 precision: str, rules: FusionRules | None = None, cache: CacheProfile | None = None) -> None:
         self.regressors, self.overhead = regressors, overhead
         self.device, self.runtime, self.precision = device, runtime, precision
         #: how this runtime groups a model's ops into kernels (what :func:`split_model` uses)
         self.rules = rules if rules is not None else rules_for(runtime)
+        #: what one-pixel kernels' weights cost in a model that evicts them (measured by the build; None: nothing)
+        self.cache = cache
         self.source = ""
 
     @property
@@ -273,10 +279,18 @@ class KernelLatencyPredictor:
         ms, log_std = self.regressors.predict(table, as_types)
         return table.assign(predicted_ms=ms, predicted_log_std=log_std, predicted_as=as_types)
 
+    def in_model(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """Predicted kernel rows as parts of their models: ``predicted_ms`` plus ``cold_ms``, what the device's
+        cache profile says a one-pixel kernel pays for weights its model has pushed out of the cache."""
+        if self.cache is None:
+            return rows
+        cold = self.cache.in_model_ms(rows)
+        return rows.assign(predicted_ms=rows["predicted_ms"].to_numpy(np.float64) + cold, cold_ms=cold)
+
     def predict_models(self, table: pd.DataFrame, allow_unknown: bool = False,
                        where: str = "kernels") -> list[ModelLatency]:
         """One :class:`ModelLatency` per model of the table (in order of appearance)."""
-        rows = self.predict_kernels(table, allow_unknown, where)
+        rows = self.in_model(self.predict_kernels(table, allow_unknown, where))
         agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
         e2e = self.overhead.predict(agg)
         out = []
@@ -304,6 +318,8 @@ class KernelLatencyPredictor:
                     "kernels": self.regressors.state(), "fusion_rules": self.rules.to_dict(),
                     "overhead": {"terms": list(self.overhead.terms), "coef": self.overhead.coef,
                                  "resid_std": self.overhead.resid_std, "n_models": self.overhead.n_models}}
+        if self.cache is not None:
+            manifest["cache"] = self.cache.to_dict()
         from leti.predict.manifest import write_manifest
 
         return write_manifest(folder, manifest)
@@ -332,7 +348,8 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
         o = m["overhead"]
         overhead = Overhead(list(o["terms"]), list(o["coef"]), float(o["resid_std"]), int(o["n_models"]))
         rules = FusionRules.from_dict(m["fusion_rules"]) if "fusion_rules" in m else None
-        pred = KernelLatencyPredictor(reg, overhead, m["device"], m["runtime"], m["precision"], rules)
+        cache = CacheProfile.from_dict(m["cache"]) if m.get("cache") else None
+        pred = KernelLatencyPredictor(reg, overhead, m["device"], m["runtime"], m["precision"], rules, cache)
     except LetiError:
         raise
     except Exception as exc:  # a damaged native file, a missing key

@@ -1,0 +1,132 @@
+"""What a one-pixel kernel's weights cost in a network that has pushed them out of the cache, measured on the device.
+
+Why: a kernel with one output pixel (a classifier at batch one, a squeeze-excite's 1×1 convolutions) reads each
+weight once per inference. Timed alone, again and again, it finds its weights in the core's caches; inside a network
+whose weights exceed the cache they come from memory every time. On LETI's engine a 5 MB classifier took 0.336 ms
+inside a GhostNet variant and 0.088 ms alone (session 20), and the build's random calibration networks are too noisy
+(leave-one-out spread ~11 %) to teach the overhead a term worth a few percent of a model. So the build times it
+directly (:func:`measure_cache_profile`, a few seconds): one-pixel fully connected kernels of ``TARGET_MB`` megabytes
+of weights, alone (warm) and each time after ``FLUSH_MB`` megabytes of other data were read (cold). From that:
+
+* ``excess(w)``: what a kernel with ``w`` MB of weights costs beyond its time alone once its weights come from
+  memory (the cold time after the largest flush minus the warm time; piecewise linear through the measured sizes
+  and through 0 at 0 MB, the last slope beyond);
+* ``lost(T)``: the share of that excess paid when ``T`` MB of weights are in play in all (the kernel's own plus
+  the others': an isotonic fit from 0 to 1 of the measured ``(w + X, excess(X) / excess(w))``).
+
+A one-pixel kernel of ``w`` MB in a model with ``W`` MB of weights then costs ``excess(w) · (lost(W) − lost(w))``
+more than alone: nothing in a model that fits the cache, and nothing for a kernel whose own weights overflow it
+(alone it already streams them). :meth:`CacheProfile.in_model_ms` adds it to each such kernel's prediction; the
+overhead is then fitted on top (``leti kernels build``). Devices that cannot run two models in turn in this process
+(phones) have no profile and no such term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+#: weights (MB) of the one-pixel kernels timed warm and cold
+TARGET_MB = (1.0, 2.0, 4.0, 8.0)
+#: weights (MB) another kernel streams between two runs of the timed one
+FLUSH_MB = (4.0, 8.0, 16.0, 32.0, 64.0)
+#: timed runs per condition (after :data:`WARMUP`), the median kept
+RUNS, WARMUP = 40, 5
+
+
+@dataclass
+class CacheProfile:
+    """``excess_ms`` at ``weights_mb`` (the measured sizes), ``lost`` at ``total_mb`` (knots of the isotonic fit)."""
+
+    weights_mb: list[float]
+    excess_ms: list[float]
+    total_mb: list[float]
+    lost: list[float]
+
+    def excess(self, w: np.ndarray) -> np.ndarray:
+        x = np.concatenate([[0.0], self.weights_mb])
+        y = np.maximum(np.concatenate([[0.0], self.excess_ms]), 0.0)
+        slope = (y[-1] - y[-2]) / max(x[-1] - x[-2], 1e-9)
+        w = np.asarray(w, np.float64)
+        return np.where(w <= x[-1], np.interp(w, x, y), y[-1] + max(slope, 0.0) * (w - x[-1]))
+
+    def share_lost(self, total: np.ndarray) -> np.ndarray:
+        return np.interp(np.asarray(total, np.float64), self.total_mb, self.lost, left=0.0, right=self.lost[-1])
+
+    def in_model_ms(self, rows: pd.DataFrame) -> np.ndarray:
+        """Per kernel row: what it costs in its model (``model`` column) beyond its time alone."""
+        w = rows["bytes_weights"].to_numpy(np.float64) / 1e6
+        one = (rows["output_h"].to_numpy(np.float64) * rows["output_w"].to_numpy(np.float64) <= 1) & (w > 0)
+        total = rows.groupby("model", sort=False)["bytes_weights"].transform("sum").to_numpy(np.float64) / 1e6
+        extra = self.excess(w) * np.maximum(self.share_lost(total) - self.share_lost(w), 0.0)
+        return np.where(one, extra, 0.0)
+
+    def to_dict(self) -> dict:
+        return {"weights_mb": self.weights_mb, "excess_ms": self.excess_ms, "total_mb": self.total_mb,
+                "lost": self.lost}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CacheProfile:
+        return cls(*(list(map(float, d[k])) for k in ("weights_mb", "excess_ms", "total_mb", "lost")))
+
+    @classmethod
+    def from_times(cls, warm: dict[float, float], cold: dict[tuple[float, float], float]) -> CacheProfile:
+        """From the warm time of each target size and the cold time of each (target, flush) pair (ms)."""
+        from sklearn.isotonic import IsotonicRegression
+
+        sizes = sorted(warm)
+        top = max(x for _, x in cold)
+        excess = [max(cold[(w, top)] - warm[w], 0.0) for w in sizes]
+        pts = [(w + x, (cold[(w, x)] - warm[w]) / e) for w, e in zip(sizes, excess) if e > 0
+               for (w2, x) in cold if w2 == w]
+        if not pts:  # no measurable cold cost: nothing lost anywhere
+            return cls(sizes, [0.0] * len(sizes), [0.0, 1.0], [0.0, 0.0])
+        t, s = np.array(pts).T
+        order = np.argsort(t)
+        fit = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True).fit(t[order], s[order])
+        knots = np.unique(np.concatenate([[0.0], t[order]]))
+        lost = np.clip(fit.predict(knots), 0.0, 1.0)
+        lost[0] = 0.0
+        return cls(sizes, excess, knots.tolist(), np.maximum.accumulate(lost).tolist())
+
+
+def measure_cache_profile(bench, notify=lambda _m: None) -> CacheProfile:
+    """Time the one-pixel targets warm and after each flush (a sweep over ``X`` MB of a NumPy array in this
+    process: other data pushing the weights out, as the rest of a network does) on ``bench``'s device, by its CPU
+    clock when it has one. Raises the device's error when it cannot run models in this process."""
+    from leti.device.base import CLOCKS
+    from leti.models.kernel_models import KernelConfig, kernel_model
+
+    dev = bench.device
+    clock = CLOCKS["cpu"] if "cpu" in dev.clocks() else CLOCKS["wall"]
+    sweep = np.ones(int(max(FLUSH_MB) * 1e6 / 4), np.float32)
+
+    def timed(run, flush_mb: float | None) -> float:
+        part = sweep[: int(flush_mb * 1e6 / 4)] if flush_mb else None
+        times = []
+        for _ in range(WARMUP + RUNS):
+            if part is not None:
+                part.sum()
+            t0 = clock()
+            run()
+            times.append((clock() - t0) / 1e6)
+        return float(np.median(times[WARMUP:]))
+
+    warm, cold = {}, {}
+    for w in TARGET_MB:
+        notify(f"cache probe: {w:g} MB")
+        k = 1024
+        path, _ = bench.write(kernel_model(KernelConfig("dense", 1, 1, k, output_c=int(w * 1e6 / 4 / k)), 0),
+                              f"cache-{w:g}")
+        try:
+            run = dev.runner(path)
+            warm[w] = timed(run, None)
+            for x in FLUSH_MB:
+                cold[(w, x)] = timed(run, x)
+            warm[w] = min(warm[w], timed(run, None))  # again after the cold runs: the lower of the two
+        finally:
+            dev.release(path)
+            path.unlink(missing_ok=True)
+    return CacheProfile.from_times(warm, cold)
