@@ -45,12 +45,13 @@ def _rows(model: str, kernels: list[tuple[int, float]]) -> list[dict]:
 def test_only_one_pixel_kernels_of_models_that_evict_them_pay():
     p = _profile()
     rows = normalize(pd.DataFrame(_rows("small", [(7, 3.0), (1, 2.0)]) + _rows("big", [(7, 30.0), (1, 2.0)])
-                                  + _rows("huge", [(1, 80.0)])), "t")
+                                  + _rows("huge", [(1, 80.0)]) + _rows("maps", [(180, 0.1), (1, 2.0)])), "t")
     extra = p.in_model_ms(rows)
     assert extra[0] == 0.0 and extra[1] == 0.0  # 5 MB in all: the cache holds every weight
     assert extra[2] == 0.0  # many output pixels: no one-pixel kernel
     assert extra[3] == pytest.approx(0.03, rel=0.15)  # 32 MB in play: its 2 MB come from memory
     assert extra[4] == pytest.approx(0.0, abs=1e-9)  # 80 MB alone already streams from memory
+    assert rows.bytes_out[5] > 30e6 and extra[6] == pytest.approx(0.03, rel=0.15)  # 33 MB of feature maps evict it too
 
 
 def test_predictor_keeps_its_profile_and_adds_it_to_the_model_not_the_kernel(tmp_path):
