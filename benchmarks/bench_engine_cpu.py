@@ -9,8 +9,9 @@ takes the NHWC input and transposes it itself, so layout work is inside every pe
 ``pnnx`` keeps the transposes as ``Permute`` layers; ``fp16=0`` keeps its weights FP32). All outputs are checked
 against TFLite (``rel.err``, the largest over the engines) before timing.
 
-Columns: median ms per run of each peer, of the engine (schemes chosen by pre-inference), of the
-engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
+Columns: median ms per run of each peer, of the engine (schemes chosen by pre-inference), of the engine with its
+products' AVX-512 micro-kernel (``avx512``, opt-in: ``LETI_AVX512=1``; a host without avx512f leaves the column out),
+of the engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
 convs change scheme) and of plain NumPy (:func:`numpy_runner`: pad + window view copied into the
 im2col matrix + ``np.matmul`` per conv, NumPy sums for depthwise convs and pools); ``best`` is the
 fastest peer, ``x best`` = engine / best peer, ``x im2col`` and ``x numpy`` = engine / those baselines,
@@ -283,6 +284,33 @@ def engine_runner(g: Graph, x: np.ndarray, threads: int, **options):
     return (lambda: s.run(copy=False)), (lambda: next(iter(s.run(x).values()))), s
 
 
+def avx512_available() -> bool:
+    from leti.engine.backends.cpu import ckernels
+
+    on = ckernels.set_avx512(True)
+    ckernels.set_avx512(False)
+    return on
+
+
+def avx512_runner(g: Graph, x: np.ndarray, threads: int):
+    """The engine with its products' AVX-512 micro-kernel (opt-in, ``csrc/gemm.c``): switched on around each run
+    only, so every other column runs the default kernels."""
+    from leti.engine.backends.cpu import ckernels
+
+    run, out, s = engine_runner(g, x, threads)
+
+    def with_avx512(fn):
+        def call():
+            ckernels.set_avx512(True)
+            try:
+                return fn()
+            finally:
+                ckernels.set_avx512(False)
+        return call
+
+    return with_avx512(run), with_avx512(out), s
+
+
 def numpy_runner(g: Graph, x: np.ndarray, threads: int):
     """The plain NumPy baseline: every conv is ``np.pad`` + a strided window view copied into the
     im2col matrix + one ``np.matmul`` (BLAS with ``threads`` threads), depthwise convs a NumPy sum
@@ -469,6 +497,8 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
     if "ncnn" in files:
         add("ncnn", ncnn_runner, files["ncnn"], x, threads)
     add("engine", engine_runner, g, x, threads)
+    if avx512_available():
+        add("avx512", avx512_runner, g, x, threads)
     add("im2col", lambda *a: engine_runner(*a, conv_scheme="im2col"), g, x, threads)
     add("numpy", numpy_runner, g_opt, x, threads)
     # BLAS thread count per runner (a ctypes call each time): the engine keeps BLAS at one thread
@@ -484,7 +514,7 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
             fn()
         return run
 
-    for k in ("engine", "im2col", "numpy"):
+    for k in ("engine", "avx512", "im2col", "numpy"):
         if k in runners:
             runners[k] = (with_blas(runners[k][0], threads if k == "numpy" else 1), runners[k][1])
     return runners
@@ -538,10 +568,10 @@ def main() -> None:
 
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; engine GEMMs: {blas.name()}")
     errors: dict[str, str] = {}
-    cols = list(PEERS) + ["engine", "im2col", "numpy"]
+    cols = list(PEERS) + ["engine", "avx512", "im2col", "numpy"]
     hdr = (f"{'model':28s} {'thr':>3s} " + " ".join(f"{c[:8]:>8s}" for c in cols)
            + f" {'best':>8s} {'x best':>6s} {'x im2col':>8s} {'x numpy':>7s}  rel.err")
-    rows, worst = [], []
+    rows, worst, worst512 = [], [], []
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         for mi, (name, data) in enumerate(models(args.networks, args.mobilenet or args.only_mobilenet,
@@ -575,13 +605,18 @@ def main() -> None:
                 cells = " ".join(f"{t[c]:8.2f}" if c in t else f"{'n/a':>8s}" for c in cols)
                 line = (f"{name:28s} {threads:3d} {cells} {best[:8]:>8s} {t['engine'] / peers[best]:6.2f} "
                         f"{t['engine'] / t['im2col']:8.2f} {t['engine'] / t['numpy']:7.2f}  "
-                        f"{max(err[k] for k in ('engine', 'im2col')):.1e}")
+                        f"{max(err[k] for k in ('engine', 'avx512', 'im2col') if k in err):.1e}")
                 rows.append(line)
                 worst.append((t["engine"] / peers[best], name, threads))
+                if "avx512" in t:
+                    worst512.append((t["avx512"] / peers[best], name, threads))
                 print(line if len(rows) > 1 else hdr + "\n" + line, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     for k, v in errors.items():
         print(f"n/a {k}: {v}")
+    if worst512:
+        ratio, name, threads = max(worst512)
+        print(f"engine with AVX-512 products (opt-in)/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} threads)")
     if worst:
         ratio, name, threads = max(worst)
         print(f"engine/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} threads)")

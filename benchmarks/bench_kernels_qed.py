@@ -48,7 +48,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from leti.predict.kernels.model import Overhead, fit_kernel_predictor, model_aggregates
+from leti.predict.kernels.model import fit_kernel_predictor
+from leti.predict.kernels.overhead import Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import read_kernel_table, read_model_latency
 from leti.predict.metrics import acc_at, rmspe

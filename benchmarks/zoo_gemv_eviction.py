@@ -4,7 +4,7 @@ A kernel with one output pixel (a classifier, a squeeze-excite or head 1x1 convo
 weight once per inference. Timed alone, again and again, its weights stay in the cache; in a network whose working
 set exceeds the cache they come from memory every time. This script adds ``k · gemv_mb · lost(C)`` to a predictor's
 zoo predictions — ``gemv_mb`` the MB of weights of the model's one-pixel kernels, ``lost(C)`` the evicted-term ramp
-(:func:`~leti.predict.kernels.model.eviction_ramp`: 0 below C/2 MB of model weights, 1 from C MB) — and prints
+(:func:`~leti.predict.kernels.overhead.eviction_ramp`: 0 below C/2 MB of model weights, 1 from C MB) — and prints
 Acc@10 on the zoo's dev and test splits
 (:func:`bench_kernels_zoo.zoo_split`) for a grid of C and k, and the same term's leave-one-out error on the
 predictor's own calibration networks (what a build could choose it by).
@@ -27,7 +27,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels_zoo import zoo_split  # noqa: E402
 
-from leti.predict.kernels.model import Overhead, eviction_ramp, load_kernel_predictor, model_aggregates  # noqa: E402
+from leti.predict.kernels.model import load_kernel_predictor  # noqa: E402
+from leti.predict.kernels.overhead import Overhead, eviction_ramp, model_aggregates  # noqa: E402
 from leti.predict.kernels.split import split_model  # noqa: E402
 
 

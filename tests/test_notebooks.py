@@ -105,7 +105,9 @@ def test_03_lut_runs(monkeypatch):
     for name, direct in key["direct_ms"].items():
         table = key["table_ms"][name]
         assert _finite(direct, table) and direct > 0 and table > 0
-        assert abs(key["rel_error_pct"][name] - 100 * (table - direct) / direct) < 0.5
+        # the notebook rounds ms to 4 decimals and the error to 2: on a fast host a block of 0.01 ms moves by 0.5 %
+        rounding = 100 * 5e-5 * (1 + table / direct) / direct + 0.005
+        assert abs(key["rel_error_pct"][name] - 100 * (table - direct) / direct) < 0.05 + rounding
         cpu_direct, cpu_table = key["direct_cpu_ms"][name], key["table_cpu_ms"][name]
         assert _finite(cpu_direct, cpu_table) and cpu_direct > 0 and cpu_table > 0
         # small networks: the sum of blocks is the same order as the network (wall and CPU time)

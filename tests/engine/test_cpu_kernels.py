@@ -431,3 +431,47 @@ def test_sliding_window_paths_match_the_reference(rng, monkeypatch, path, ic, st
         assert step.execution.scratch[0] < 9 * 4 * np.prod(x_shape[1:]) / (stride * stride)
     assert ic <= C.WINDOW_MAX_IC or not uses_window
     assert rel_err(s.run({"x": x})["y"], run_reference(g, {"x": x})["y"]) < TOL
+
+
+def _avx512_on() -> bool:
+    on = ckernels.set_avx512(True)
+    ckernels.set_avx512(False)
+    return on
+
+
+needs_avx512 = pytest.mark.skipif(ckernels.library() is None or not _avx512_on(),
+                                  reason="LETI's GEMM or a CPU with avx512f unavailable here")
+
+
+@needs_avx512
+@pytest.mark.parametrize("rows", [1, 7, 12, 13, 49, 300])
+@pytest.mark.parametrize("n", [8, 16, 17, 40, 100])
+@pytest.mark.parametrize("k", [7, 300, 600])
+def test_avx512_products_match_numpy_and_the_avx2_kernel(rng, rows, n, k):
+    """The opt-in AVX-512 micro-kernel (12 rows x one 16-column panel): partial panels as store masks, half panels
+    (at most 8 columns) on the AVX2 tiles under it, several k blocks (600 > 256), bias, activation and a residual in
+    the last block's epilogue; the AVX2 kernel's results to rounding."""
+    from leti.engine.backends.cpu import gemm as G
+
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias, res = rng.standard_normal(n).astype(np.float32), rng.standard_normal((rows, n)).astype(np.float32)
+    bp, bpad = ckernels.pack(w), ckernels.pad_bias(bias, n)
+    out = {}
+    try:
+        for on in (False, True):
+            assert ckernels.set_avx512(on) == on
+            for act in (0, 2):
+                for r in (None, res):
+                    y = np.full((rows, n), np.nan, np.float32)
+                    G.gemm_leti_bias_act(a, bp, y, bpad, True, act, 1, np.zeros((1, 1), np.float32) if r is None else r,
+                                         r is not None)
+                    out[on, act, r is None] = y
+    finally:
+        ckernels.set_avx512(False)
+    for act in (0, 2):
+        for plain in (True, False):
+            ref = a.astype(np.float64) @ w + bias + (0 if plain else res)
+            ref = _relu6(ref) if act == 2 else ref
+            assert rel_err(out[True, act, plain], ref) < TOL
+            assert np.allclose(out[True, act, plain], out[False, act, plain], rtol=1e-4, atol=1e-4 * np.abs(ref).max())

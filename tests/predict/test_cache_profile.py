@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from leti.predict.kernels.cache import CacheProfile, measure_cache_profile
-from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, load_kernel_predictor
+from leti.predict.kernels.model import KernelLatencyPredictor, load_kernel_predictor
+from leti.predict.kernels.overhead import Overhead
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import normalize
 

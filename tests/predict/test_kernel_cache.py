@@ -14,7 +14,8 @@ from leti.predict.kernels.build import plan_calibration
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.calibration import calibration_chains, chain_ok
 from leti.predict.kernels.features import FEATURES, FEATURES_V1, kernel_features
-from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, load_kernel_predictor, model_aggregates
+from leti.predict.kernels.model import KernelLatencyPredictor, load_kernel_predictor
+from leti.predict.kernels.overhead import Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import normalize
 from tests.device.conftest import run_leti

@@ -14,8 +14,8 @@ from leti.models.kernel_models import KernelConfig, expected_row
 from leti.predict.kernels.build_fit import MIN_KERNEL_SHARE, invoke_ms, kernel_table, reference_ms
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.features import FEATURES, kernel_features
-from leti.predict.kernels.model import (EVICTION_MB, KernelLatencyPredictor, Overhead, evicted_term,
-                                        load_kernel_predictor, model_aggregates)
+from leti.predict.kernels.model import KernelLatencyPredictor, load_kernel_predictor
+from leti.predict.kernels.overhead import EVICTION_MB, Overhead, evicted_term, model_aggregates
 from leti.predict.kernels.predictor import BASE_FEATURES, KernelRegressors, choose_base
 from leti.predict.kernels.schema import normalize
 

@@ -1,7 +1,7 @@
 """A known device's kernel-level predictor adapted to a new device from a few measured models.
 
 :mod:`.adapt` corrects the kernels; this module also carries the per-model overhead over. The overhead
-(:class:`~leti.predict.kernels.model.Overhead`: launch gaps, unlisted ops, copies) needs about as many models
+(:class:`~leti.predict.kernels.overhead.Overhead`: launch gaps, unlisted ops, copies) needs about as many models
 with an end-to-end latency as it has terms (kernel types + 4) to be fitted afresh; a new device measured on
 2–10 models has fewer. Its *form* carries over like the kernels' does, so the source device's overhead is
 kept and scaled by one factor — the geometric mean, over the new device's models with an end-to-end latency,
@@ -16,7 +16,8 @@ import pandas as pd
 
 from leti.errors import DatasetError
 from leti.predict.kernels.adapt import AdaptedKernels
-from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, model_aggregates, table_identity
+from leti.predict.kernels.model import KernelLatencyPredictor, table_identity
+from leti.predict.kernels.overhead import Overhead, model_aggregates
 
 
 def overhead_scale(base: Overhead, agg: pd.DataFrame, e2e_ms: np.ndarray) -> tuple[float, float]:

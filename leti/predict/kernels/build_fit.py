@@ -17,7 +17,8 @@ import pandas as pd
 from leti.models.kernel_models import KernelConfig, expected_row
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.cache import CacheProfile
-from leti.predict.kernels.model import KernelLatencyPredictor, Overhead, fit_kernel_predictor, model_aggregates
+from leti.predict.kernels.model import KernelLatencyPredictor, fit_kernel_predictor
+from leti.predict.kernels.overhead import Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import COLUMNS, normalize
 from leti.predict.kernels.split import FusionRules

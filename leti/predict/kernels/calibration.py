@@ -2,7 +2,7 @@
 
 Why: single-kernel models tell what each kernel costs; they cannot tell what a *model* costs beyond the
 sum of its kernels (the per-invoke cost, paid once per model and not once per kernel; caches warm or cold
-between kernels). :class:`~leti.predict.kernels.model.Overhead` learns that from models whose end-to-end
+between kernels). :class:`~leti.predict.kernels.overhead.Overhead` learns that from models whose end-to-end
 latency was measured. These are random chains of 4-14 kernels of the build's own kernel types (so every
 kernel of a calibration model has a regressor), drawn with the build's type weights and the shapes of a
 real network's early-to-late stages: convolutions that widen and stride down, depthwise convolutions,

@@ -1,43 +1,5 @@
-"""Model latency from kernel latencies: the sum of kernel predictions plus a learned per-model overhead.
-
-Why an overhead term: a model's measured end-to-end latency is not the sum of its listed kernels. On
-phone GPUs it is 1.1-1.8x the sum (launch and synchronisation gaps, ops the profiler does not list such as
-unfused adds and activations, tensor copies in and out of the delegate). :class:`Overhead` learns it from
-models whose end-to-end latency was measured, as an additive model with non-negative coefficients::
-
-    e2e ms = a * (sum of predicted kernel ms) + c0 + Σ_type c_type * (kernels of that type) + d * (MB written)
-             [+ w * (MB of weights) | + s * (MB of weights per output pixel)]
-
-fitted for relative error (non-negative least squares on rows divided by the measured latency). On the
-QED phones this beat a log-linear fit on the sum and the kernel count by ~10 points of end-to-end Acc@10
-(``benchmarks/bench_kernels_qed.py``). The weights terms are the cache: a kernel timed alone, again and again,
-finds its weights in the core's cache; in a network they stream in from memory once per inference, which
-costs most where a weight is used for few output pixels (a dense layer or a squeeze-excite 1x1 convolution at
-batch one: ``stream_mb`` = Σ weights / output pixels). A third form is the cache's size (``evicted_mb@C``, C in
-:data:`EVICTION_MB`): a kernel whose weights fit a C MB cache finds them there when timed alone, and loses them in a
-network whose weights exceed the cache, so the term is the weights of the kernels under C MB, weighed from 0 at
-C/2 MB of model weights to 1 at C (measured on the local CPU's 300 calibration networks: the sum of kernels is
-right to ~2 % up to 8 MB of weights, 4-27 % short above 16 MB, ~0.028 ms per MB; kernels over 16 MB already
-stream alone). Which of these (or none) enters is chosen by the
-leave-one-model-out error on the models the overhead is fitted on (:data:`CACHE_TERMS`), and so are the
-per-type counts: on the local CPU's 113 calibration chains ``stream_mb`` lowered it from 10.5 % to 9.9 % (RMS
-of the log ratio; coefficient ~1/40 ms per MB, DRAM speed), while the 21 per-type counts raised it to 14 %.
-Fitted on whole networks (a kernel build's calibration networks, :mod:`leti.models.random_networks`), the
-options also include one scale per kernel type, ``Σ_type s_type * (predicted ms of that type)`` in place of
-``a * sum``, each pulled towards the common scale (ridge rows; the pull, too, chosen by leave-one-out), kernels
-of a type the fit never saw scaled by the common scale (``ms:rest``), and a per-kernel saving (``-k * kernels``:
-a kernel timed alone carries costs it does not have inside a network) or cost (``+k * kernels``: LETI's engine
-pays a few microseconds of dispatch per step that a kernel timed alone does not show); among those the simplest option within
-one standard error of the lowest leave-one-out error is taken. On the local CPU's networks that is
-``1.03 * sum + 0.01 ms/MB * weights - 1 µs * kernels`` (the per-type scales fitted the random networks' quirks and
-did not carry over to the zoo; ``benchmarks/results/zoo_kernels_local_cpu.md``).
-A device whose build measured its cache (:mod:`.cache`, the local CPU and LETI's engine) adds to each one-pixel
-kernel what its weights cost once the model has pushed them out of the cache, before the overhead is fitted
-(:meth:`KernelLatencyPredictor.in_model`).
-Its leave-one-model-out log residual spread, with the kernel
-regressors' bagging spread, is the model prediction's uncertainty (log-normal; ``low_ms``/``high_ms`` bound
-90%). Without end-to-end latencies the overhead is the identity (latency = sum) and only the kernels'
-spread is claimed.
+"""Model latency from kernel latencies: the sum of kernel predictions plus a learned per-model overhead
+(:mod:`.overhead`, which says why and how it is fitted).
 
 :class:`KernelLatencyPredictor` is what ``leti fit --kernels`` saves: the regressors, the overhead and the
 device/runtime/precision they describe (kernels of another are refused, naming both).
@@ -46,7 +8,7 @@ device/runtime/precision they describe (kernels of another are refused, naming b
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +16,7 @@ import pandas as pd
 
 from leti.errors import CorruptModelError, DatasetError, LetiError
 from leti.predict.kernels.cache import CacheProfile
+from leti.predict.kernels.overhead import Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import check_latency
 from leti.predict.kernels.split import FusionRules, rules_for
@@ -62,161 +25,6 @@ FORMAT = "leti-kernel-predictor"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 Z90 = 1.6449
-
-
-def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray) -> pd.DataFrame:
-    """Per model: the sum of kernel ms (``sum_ms``), MB of activations written (``bytes_out_mb``), MB of
-    weights (``weights_mb``), MB of weights per output pixel (``stream_mb``), the number of kernels of each
-    type (``n:<type>``) and their predicted ms (``ms:<type>``)."""
-    # every sum by np.bincount over model (and model × type) codes: pandas' grouping, crosstab and pivot_table took
-    # ~15 ms for a single model, on every prediction
-    m, models = pd.factorize(table["model"], sort=False)  # models in order of appearance
-    types, k = np.unique(table["kernel_type"].astype(str).to_numpy(), return_inverse=True)
-    n = len(models)
-    ms = np.asarray(kernel_ms, np.float64)
-    total = lambda w: np.bincount(m, weights=w, minlength=n)  # noqa: E731
-    cols = {"sum_ms": total(ms), "bytes_out_mb": total(table["bytes_out"].to_numpy(np.float64)) / 1e6,
-            "kernels": total(None).astype(np.float64)}
-    if "bytes_weights" in table:
-        weights = table["bytes_weights"].to_numpy(np.float64)
-        pixels = np.maximum(table["output_h"].to_numpy(np.float64) * table["output_w"].to_numpy(np.float64), 1.0)
-        cols["weights_mb"], cols["stream_mb"] = total(weights) / 1e6, total(weights / pixels) / 1e6
-        for c in EVICTION_MB:  # the weights a C MB cache held for the kernel alone and cannot hold for the model
-            held = total(np.where(weights < c * 1e6, weights, 0.0)) / 1e6
-            cols[evicted_term(c)] = held * eviction_ramp(cols["weights_mb"], c)
-    cell = m * len(types) + k
-    count = np.bincount(cell, minlength=n * len(types)).reshape(n, len(types)).astype(np.float64)
-    per = np.bincount(cell, weights=ms, minlength=n * len(types)).reshape(n, len(types))
-    cols.update({f"n:{t}": count[:, j] for j, t in enumerate(types)})
-    cols.update({f"ms:{t}": per[:, j] for j, t in enumerate(types)})
-    return pd.DataFrame(cols, index=pd.Index(models, name="model"))
-
-
-#: cache sizes (MB) of the eviction term (``evicted_mb@C``); the fit takes at most one, by leave-one-out
-EVICTION_MB = (4, 8, 16, 32)
-
-
-def eviction_ramp(weights_mb: np.ndarray, c: float) -> np.ndarray:
-    """The share of a C MB cache's contents a model with ``weights_mb`` MB of weights evicts: 0 up to C/2, 1 from C."""
-    return np.clip((np.asarray(weights_mb, np.float64) - c / 2) / (c / 2), 0.0, 1.0)
-
-
-def evicted_term(c: float) -> str:
-    return f"evicted_mb@{c:g}"
-
-
-#: cache terms the overhead may take (one or both): MB of weights, MB of weights per output pixel
-CACHE_TERMS = ("weights_mb", "stream_mb")
-#: relative drop of the leave-one-out spread a cache term must bring to enter
-CACHE_GAIN = 0.01
-#: leave-one-out spreads closer than this (log ratio) are a tie: an exact fit scores ~1e-16, and which of two
-#: exact options scores lower is rounding, not evidence
-LOO_TIE = 1e-9
-#: the term of the kernels whose type has no scale of its own (its scale: the common one)
-REST = "ms:rest"
-#: minus the number of kernels: what a kernel timed alone costs beyond its share in a network (its slice of
-#: the invoke, below what the near-empty probe subtracts); measured on small calibration networks
-SAVED = "saved_per_kernel"
-#: the number of kernels: what each kernel costs inside a network beyond its time alone (LETI's engine
-#: dispatches every step from Python: a few microseconds each that a kernel timed alone does not show)
-ADDED = "kernels"
-#: weights pulling per-type scales towards the common scale (as many models' worth of relative error),
-#: strongest (simplest) first, as the one-standard-error rule wants them ordered
-PER_TYPE_PULL = (10.0, 1.0, 0.1, 0.01)
-
-
-@dataclass
-class Overhead:
-    """``e2e ms = Σ coef_i · term_i`` over ``terms`` (``sum_ms``, ``one``, ``bytes_out_mb``; the ``n:<type>``
-    counts and :data:`CACHE_TERMS` where they lower the leave-one-out error), coefficients non-negative;
-    the identity (latency = sum of kernels) until fitted. A saved overhead keeps its own terms."""
-
-    terms: list[str] = field(default_factory=list)
-    coef: list[float] = field(default_factory=list)
-    resid_std: float = 0.0
-    n_models: int = 0
-
-    @staticmethod
-    def _design(agg: pd.DataFrame, terms: list[str]) -> np.ndarray:
-        col = lambda t: agg[t].to_numpy(np.float64) if t in agg else np.zeros(len(agg))  # noqa: E731
-        cols = []
-        for t in terms:
-            if t == "one":
-                cols.append(np.ones(len(agg)))
-            elif t == SAVED:  # a non-negative coefficient on minus the kernel count: ms saved per kernel
-                cols.append(-col("kernels"))
-            elif t == REST:  # kernels of the types without a term of their own (types a fit never saw)
-                cols.append(col("sum_ms") - sum((col(u) for u in terms if u.startswith("ms:") and u != REST),
-                                                np.zeros(len(agg))))
-            else:
-                cols.append(col(t))
-        return np.column_stack(cols)
-
-    @staticmethod
-    def _nnls(a: np.ndarray, y: np.ndarray, prior: tuple | None = None) -> np.ndarray:
-        """Non-negative least squares of the relative error; ``prior`` ``(mask, target, lam)``: the masked
-        coefficients are pulled towards ``target`` with weight ``lam`` (rows appended to the system)."""
-        from scipy.optimize import nnls
-
-        a, b = a / y[:, None], np.ones(len(y))
-        if prior is not None:
-            mask, target, lam = prior
-            pen = np.sqrt(lam) * np.eye(a.shape[1])[np.asarray(mask)]
-            a, b = np.vstack([a, pen]), np.concatenate([b, np.full(len(pen), np.sqrt(lam) * target)])
-        return nnls(a, b)[0]
-
-    @classmethod
-    def _loo_residuals(cls, a: np.ndarray, y: np.ndarray, prior: tuple | None = None) -> np.ndarray | None:
-        """The leave-one-model-out log ratios (measured / predicted); None with too few models."""
-        if len(y) <= (a.shape[1] if prior is None else a.shape[1] - int(np.sum(prior[0]))):
-            return None
-        return np.array([np.log(y[i] / max(float(a[i] @ cls._nnls(np.delete(a, i, 0), np.delete(y, i), prior)),
-                                           1e-9)) for i in range(len(y))])
-
-    def fit(self, agg: pd.DataFrame, e2e_ms: np.ndarray, per_type: bool = False) -> Overhead:
-        """Choose the terms by leave-one-model-out error and fit them; ``per_type``: also try one scale per
-        kernel type (``ms:<type>``, pulled towards the common scale, the pull chosen the same way) and a
-        per-kernel saving, and take the simplest option within one standard error of the best."""
-        y = np.asarray(e2e_ms, np.float64)
-        counts = sorted(c for c in agg.columns if c.startswith("n:"))
-        cache = [[]] + [[c] for c in CACHE_TERMS if c in agg]
-        cache += [list(CACHE_TERMS)] if all(c in agg for c in CACHE_TERMS) else []
-        cache += [[evicted_term(c)] for c in EVICTION_MB if evicted_term(c) in agg]
-        saves = ([], [SAVED], [ADDED]) if per_type else ([],)
-        options = [(["sum_ms", "one", *n, *v, "bytes_out_mb", *c], None)
-                   for n in ([], counts)[: 1 + bool(counts)] for v in saves for c in cache]
-        if per_type:
-            types = sorted(c for c in agg.columns if c.startswith("ms:") and agg[c].sum() > 0)
-            base = self._nnls(self._design(agg, ["sum_ms", "one", "bytes_out_mb"]), y)[0]
-            for lam in PER_TYPE_PULL:  # strongest pull (simplest) first
-                for v in saves:
-                    for c in cache:
-                        terms = [*types, REST, "one", *v, "bytes_out_mb", *c]
-                        options.append((terms, ([t.startswith("ms:") for t in terms], base, lam)))
-        resid = [self._loo_residuals(self._design(agg, terms), y, prior) for terms, prior in options]
-        mse = np.array([np.nan if r is None else float(np.mean(np.square(r))) for r in resid])
-        best = 0
-        if per_type and np.isfinite(mse).any():
-            # dozens of flexible options: the lowest leave-one-out error is partly luck, so the simplest option
-            # within one standard error of it is taken (the one-standard-error rule)
-            low = int(np.nanargmin(mse))
-            bar = mse[low] + float(np.std(np.square(resid[low]))) / np.sqrt(len(y)) + LOO_TIE ** 2
-            best = next(i for i in range(len(options)) if mse[i] <= bar)
-        else:
-            # each option's leave-one-model-out spread: the spread a new model's prediction has; the lowest wins
-            # (a more complex option must lower it by CACHE_GAIN to be taken)
-            for i in range(1, len(options)):
-                if np.sqrt(mse[i]) < np.sqrt(mse[best]) * (1 - CACHE_GAIN) - LOO_TIE:  # False for NaN (too few models)
-                    best = i
-        self.terms, prior = options[best]
-        self.coef, self.n_models = self._nnls(self._design(agg, self.terms), y, prior).tolist(), len(y)
-        self.resid_std = float(np.sqrt(mse[best])) if np.isfinite(mse[best]) else 0.0
-        return self
-
-    def predict(self, agg: pd.DataFrame) -> np.ndarray:
-        if not self.coef:
-            return agg["sum_ms"].to_numpy(np.float64)
-        return np.maximum(self._design(agg, self.terms) @ np.asarray(self.coef), 1e-9)
 
 
 @dataclass

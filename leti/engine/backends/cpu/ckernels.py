@@ -46,7 +46,7 @@ SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 #: what the build depends on: the sources and the header they share
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
-           "leti_program_threads_supported")
+           "leti_program_threads_supported", "leti_set_avx512")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -104,6 +104,19 @@ def _build(out: Path) -> str:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def set_avx512(on: bool) -> bool:
+    """Ask for the products' AVX-512 micro-kernel (``csrc/gemm.c``; opt-in, also by ``LETI_AVX512=1`` before the
+    first product) or for the AVX2 one; returns whether AVX-512 is now used (the CPU must have avx512f)."""
+    import ctypes
+
+    path = library()
+    if path is None:
+        return False
+    f = ctypes.CDLL(str(path)).leti_set_avx512
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    return bool(f(int(bool(on))))
 
 
 @lru_cache(maxsize=1)

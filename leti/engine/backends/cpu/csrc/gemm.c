@@ -21,6 +21,7 @@
  * One call is single-threaded: the engine splits rows (or panels, for few rows) over numba's
  * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/ckernels.py.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "simd.h"
@@ -150,6 +151,118 @@ static void micro_h12(int64_t kc, const float *restrict a, int64_t lda, const fl
     STOREH(10) STOREH(11)
 }
 
+/* ---- AVX-512 (opt-in, session 21) ------------------------------------------------------------------------------
+ * A host with full-width AVX-512 (Zen 5) runs a 512-bit FMA in the time of a 256-bit one, and the peers of
+ * bench_engine_cpu.py use it there (MobileNet v1 at one thread: TFLite 5.1 ms, the AVX2 engine 9.4). A full panel
+ * of 16 columns is one zmm, so this micro-kernel keeps a 12 x 16 block of y in 12 zmm accumulators: per k, one load
+ * of B, twelve broadcasts of a, twelve FMAs; a partial panel is a store mask. Compiled for avx512f by the target
+ * attribute, used only when the CPU has it and it was asked for (LETI_AVX512=1, or leti_set_avx512); half panels
+ * (at most 8 columns) keep the AVX2 tiles. */
+#define MR512 12
+#define AVX512 __attribute__((target("avx512f")))
+
+static int use512 = -1;
+
+/* ask for the AVX-512 products (on != 0) or not; returns whether they are used (the CPU must have avx512f) */
+int64_t leti_set_avx512(int64_t on) {
+    use512 = on && __builtin_cpu_supports("avx512f");
+    return use512;
+}
+
+static inline int avx512_on(void) {
+    if (use512 < 0) {
+        const char *e = getenv("LETI_AVX512");
+        leti_set_avx512(e && e[0] == '1');
+    }
+    return use512;
+}
+
+static inline AVX512 __attribute__((always_inline)) __m512 activate512(__m512 v, int64_t act) {
+    if (act >= 1) v = _mm512_max_ps(v, _mm512_setzero_ps());
+    if (act == 2) v = _mm512_min_ps(v, _mm512_set1_ps(6.0f));
+    return v;
+}
+
+#define ROWZ(r) \
+    if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, c##r);
+#define STOREZ(r)                                                                                   \
+    if (mr > r) {                                                                                   \
+        float *yr = y + r * ldy;                                                                    \
+        if (!first) c##r = _mm512_add_ps(c##r, _mm512_maskz_loadu_ps(m0, yr));                      \
+        if (last) {                                                                                 \
+            if (res) c##r = _mm512_add_ps(c##r, _mm512_maskz_loadu_ps(m0, res + r * ldy));          \
+            c##r = activate512(_mm512_add_ps(c##r, bias0), act);                                    \
+        }                                                                                           \
+        _mm512_mask_storeu_ps(yr, m0, c##r);                                                        \
+    }
+
+static inline AVX512 __attribute__((always_inline)) void
+micro512(const int mr, int64_t kc, const float *restrict a, int64_t lda, const float *restrict b, float *restrict y,
+         int64_t ldy, int64_t nr, int first, int last, const float *bias, const float *res, int64_t act,
+         const float *pfb) {
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
+    __m512 c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps(), c6 = _mm512_setzero_ps(), c7 = _mm512_setzero_ps();
+    __m512 c8 = _mm512_setzero_ps(), c9 = _mm512_setzero_ps(), c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kc; ++p) {
+        if (pfb) _mm_prefetch((const char *)(pfb + p * NR), _MM_HINT_T1); /* one line of the next panel */
+        __m512 b0 = _mm512_loadu_ps(b + p * NR);
+        ROWZ(0) ROWZ(1) ROWZ(2) ROWZ(3) ROWZ(4) ROWZ(5) ROWZ(6) ROWZ(7) ROWZ(8) ROWZ(9) ROWZ(10) ROWZ(11)
+    }
+    __m512 bias0 = last && bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    __mmask16 m0 = nr >= NR ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
+    STOREZ(0) STOREZ(1) STOREZ(2) STOREZ(3) STOREZ(4) STOREZ(5) STOREZ(6) STOREZ(7) STOREZ(8) STOREZ(9)
+    STOREZ(10) STOREZ(11)
+}
+
+static AVX512 void tile512(int64_t rows, int64_t kc, const float *a, int64_t lda, const float *b, float *y,
+                           int64_t ldy, int64_t nr, int first, int last, const float *bias, const float *res,
+                           int64_t act, const float *pfb) {
+    switch (rows) {
+    case 12: micro512(12, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 11: micro512(11, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 10: micro512(10, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 9: micro512(9, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 8: micro512(8, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 7: micro512(7, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 6: micro512(6, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 5: micro512(5, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 4: micro512(4, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 3: micro512(3, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    case 2: micro512(2, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    default: micro512(1, kc, a, lda, b, y, ldy, nr, first, last, bias, res, act, pfb); break;
+    }
+}
+
+/* leti_sgemm's k block and chunk of panels q0..q1-1 with the AVX-512 tiles: rows in balanced tiles of at most 12 */
+static void block512(int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc, int first, int last, int64_t q0,
+                     int64_t q1, const float *a, int64_t lda, const float *bp, float *y, int64_t ldy, const float *bias,
+                     const float *res, int64_t act) {
+    for (int64_t i = 0, rows; i < m; i += rows) {
+        int64_t left = m - i, tiles_left = (left + MR512 - 1) / MR512;
+        rows = (left + tiles_left - 1) / tiles_left;
+        const float *ai = a + i * lda + k0;
+        for (int64_t q = q0; q < q1; ++q) {
+            int64_t nr = n - q * NR < NR ? n - q * NR : NR;
+            const float *bq = bp + (q * k + k0) * NR;
+            float *yq = y + i * ldy + q * NR;
+            const float *bs = bias ? bias + q * NR : 0;
+            const float *rs = res ? res + i * ldy + q * NR : 0;
+            const float *pfb = i == 0 && q + 1 < q1 ? bq + k * NR : 0;
+            if (nr > 8) {
+                tile512(rows, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act, pfb);
+            } else if (rows == 2 * MR) {
+                micro_h12(kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act);
+            } else { /* a half panel under fewer than 12 rows: the AVX2 tiles, at most 6 rows each */
+                for (int64_t j = 0, r; j < rows; j += r) {
+                    r = rows - j > MR ? (rows - j + 1) / 2 : rows - j;
+                    tile(r, 1, kc, ai + j * lda, lda, bq, yq + j * ldy, ldy, nr, first, last, bs,
+                         rs ? rs + j * ldy : 0, act, 0);
+                }
+            }
+        }
+    }
+}
+
 /* y = act(a . B + bias + res) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
  * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded), res: NULL or a residual laid out like y
  * (row stride ldy: a ResNet shortcut added in the same epilogue). */
@@ -161,6 +274,10 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
         int first = k0 == 0, last = k0 + kc >= k;
         for (int64_t q0 = 0; q0 < panels; q0 += PC) {
             int64_t q1 = q0 + PC < panels ? q0 + PC : panels;
+            if (avx512_on()) {
+                block512(m, n, k, k0, kc, first, last, q0, q1, a, lda, bp, y, ldy, bias, res, act);
+                continue;
+            }
             /* a half-empty last panel in this chunk takes 12-row tiles first (the rest below, 6 rows at a time) */
             int64_t qh = n - (q1 - 1) * NR <= 8 ? q1 - 1 : q1, mh = qh < q1 ? m / (2 * MR) * (2 * MR) : 0;
             for (int64_t i = 0; i < mh; i += 2 * MR) {
