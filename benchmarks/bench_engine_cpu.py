@@ -10,7 +10,8 @@ takes the NHWC input and transposes it itself, so layout work is inside every pe
 against TFLite (``rel.err``, the largest over the engines) before timing.
 
 Columns: median ms per run of each peer, of the engine (schemes chosen by pre-inference), of the engine with its
-products' AVX-512 micro-kernel (``avx512``, opt-in: ``LETI_AVX512=1``; a host without avx512f leaves the column out),
+products on the AVX2 micro-kernel only (``avx2``: an ablation on a host with avx512f, where the engine's products use
+AVX-512 by default; elsewhere the column is left out),
 of the engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
 convs change scheme) and of plain NumPy (:func:`numpy_runner`: pad + window view copied into the
 im2col matrix + ``np.matmul`` per conv, NumPy sums for depthwise convs and pools); ``best`` is the
@@ -285,30 +286,29 @@ def engine_runner(g: Graph, x: np.ndarray, threads: int, **options):
 
 
 def avx512_available() -> bool:
+    """Whether the engine's products run AVX-512 here (the CPU has it and ``LETI_AVX512=0`` did not turn it off)."""
     from leti.engine.backends.cpu import ckernels
 
-    on = ckernels.set_avx512(True)
-    ckernels.set_avx512(False)
-    return on
+    return ckernels.set_avx512(None)
 
 
-def avx512_runner(g: Graph, x: np.ndarray, threads: int):
-    """The engine with its products' AVX-512 micro-kernel (opt-in, ``csrc/gemm.c``): switched on around each run
-    only, so every other column runs the default kernels."""
+def avx2_runner(g: Graph, x: np.ndarray, threads: int):
+    """The engine with its products on the AVX2 micro-kernel (an ablation where the CPU has AVX-512, which the engine
+    uses by default there, ``csrc/gemm.c``): switched off around each run only."""
     from leti.engine.backends.cpu import ckernels
 
     run, out, s = engine_runner(g, x, threads)
 
-    def with_avx512(fn):
+    def with_avx2(fn):
         def call():
-            ckernels.set_avx512(True)
+            ckernels.set_avx512(False)
             try:
                 return fn()
             finally:
-                ckernels.set_avx512(False)
+                ckernels.set_avx512(True)
         return call
 
-    return with_avx512(run), with_avx512(out), s
+    return with_avx2(run), with_avx2(out), s
 
 
 def numpy_runner(g: Graph, x: np.ndarray, threads: int):
@@ -498,7 +498,7 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
         add("ncnn", ncnn_runner, files["ncnn"], x, threads)
     add("engine", engine_runner, g, x, threads)
     if avx512_available():
-        add("avx512", avx512_runner, g, x, threads)
+        add("avx2", avx2_runner, g, x, threads)
     add("im2col", lambda *a: engine_runner(*a, conv_scheme="im2col"), g, x, threads)
     add("numpy", numpy_runner, g_opt, x, threads)
     # BLAS thread count per runner (a ctypes call each time): the engine keeps BLAS at one thread
@@ -514,7 +514,7 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
             fn()
         return run
 
-    for k in ("engine", "avx512", "im2col", "numpy"):
+    for k in ("engine", "avx2", "im2col", "numpy"):
         if k in runners:
             runners[k] = (with_blas(runners[k][0], threads if k == "numpy" else 1), runners[k][1])
     return runners
@@ -568,10 +568,10 @@ def main() -> None:
 
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; engine GEMMs: {blas.name()}")
     errors: dict[str, str] = {}
-    cols = list(PEERS) + ["engine", "avx512", "im2col", "numpy"]
+    cols = list(PEERS) + ["engine", "avx2", "im2col", "numpy"]
     hdr = (f"{'model':28s} {'thr':>3s} " + " ".join(f"{c[:8]:>8s}" for c in cols)
            + f" {'best':>8s} {'x best':>6s} {'x im2col':>8s} {'x numpy':>7s}  rel.err")
-    rows, worst, worst512 = [], [], []
+    rows, worst, worst_avx2 = [], [], []
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         for mi, (name, data) in enumerate(models(args.networks, args.mobilenet or args.only_mobilenet,
@@ -605,18 +605,18 @@ def main() -> None:
                 cells = " ".join(f"{t[c]:8.2f}" if c in t else f"{'n/a':>8s}" for c in cols)
                 line = (f"{name:28s} {threads:3d} {cells} {best[:8]:>8s} {t['engine'] / peers[best]:6.2f} "
                         f"{t['engine'] / t['im2col']:8.2f} {t['engine'] / t['numpy']:7.2f}  "
-                        f"{max(err[k] for k in ('engine', 'avx512', 'im2col') if k in err):.1e}")
+                        f"{max(err[k] for k in ('engine', 'avx2', 'im2col') if k in err):.1e}")
                 rows.append(line)
                 worst.append((t["engine"] / peers[best], name, threads))
-                if "avx512" in t:
-                    worst512.append((t["avx512"] / peers[best], name, threads))
+                if "avx2" in t:
+                    worst_avx2.append((t["avx2"] / peers[best], name, threads))
                 print(line if len(rows) > 1 else hdr + "\n" + line, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     for k, v in errors.items():
         print(f"n/a {k}: {v}")
-    if worst512:
-        ratio, name, threads = max(worst512)
-        print(f"engine with AVX-512 products (opt-in)/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} threads)")
+    if worst_avx2:
+        ratio, name, threads = max(worst_avx2)
+        print(f"engine with AVX2 products only/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} threads)")
     if worst:
         ratio, name, threads = max(worst)
         print(f"engine/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} threads)")

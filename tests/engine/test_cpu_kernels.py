@@ -434,8 +434,10 @@ def test_sliding_window_paths_match_the_reference(rng, monkeypatch, path, ic, st
 
 
 def _avx512_on() -> bool:
+    """Whether this CPU runs the AVX-512 products (asked, and the setting put back as it was)."""
+    was = ckernels.set_avx512(None)
     on = ckernels.set_avx512(True)
-    ckernels.set_avx512(False)
+    ckernels.set_avx512(was)
     return on
 
 
@@ -448,7 +450,7 @@ needs_avx512 = pytest.mark.skipif(ckernels.library() is None or not _avx512_on()
 @pytest.mark.parametrize("n", [8, 16, 17, 40, 100])
 @pytest.mark.parametrize("k", [7, 300, 600])
 def test_avx512_products_match_numpy_and_the_avx2_kernel(rng, rows, n, k):
-    """The opt-in AVX-512 micro-kernel (12 rows x one 16-column panel): partial panels as store masks, half panels
+    """The AVX-512 micro-kernel (12 rows x one 16-column panel; the default where the CPU has it): partial panels as store masks, half panels
     (at most 8 columns) on the AVX2 tiles under it, several k blocks (600 > 256), bias, activation and a residual in
     the last block's epilogue; the AVX2 kernel's results to rounding."""
     from leti.engine.backends.cpu import gemm as G
@@ -457,7 +459,7 @@ def test_avx512_products_match_numpy_and_the_avx2_kernel(rng, rows, n, k):
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias, res = rng.standard_normal(n).astype(np.float32), rng.standard_normal((rows, n)).astype(np.float32)
     bp, bpad = ckernels.pack(w), ckernels.pad_bias(bias, n)
-    out = {}
+    out, was = {}, ckernels.set_avx512(None)
     try:
         for on in (False, True):
             assert ckernels.set_avx512(on) == on
@@ -468,10 +470,24 @@ def test_avx512_products_match_numpy_and_the_avx2_kernel(rng, rows, n, k):
                                          r is not None)
                     out[on, act, r is None] = y
     finally:
-        ckernels.set_avx512(False)
+        ckernels.set_avx512(was)
     for act in (0, 2):
         for plain in (True, False):
             ref = a.astype(np.float64) @ w + bias + (0 if plain else res)
             ref = _relu6(ref) if act == 2 else ref
             assert rel_err(out[True, act, plain], ref) < TOL
             assert np.allclose(out[True, act, plain], out[False, act, plain], rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@needs_avx512
+def test_avx512_is_the_default_and_leti_avx512_0_turns_it_off():
+    import os
+    import subprocess
+    import sys
+
+    ask = "from leti.engine.backends.cpu import ckernels; print(ckernels.set_avx512(None))"
+    env = {k: v for k, v in os.environ.items() if k != "LETI_AVX512"}
+    for value, expect in ((None, "True"), ("0", "False"), ("1", "True")):
+        e = env if value is None else {**env, "LETI_AVX512": value}
+        out = subprocess.run([sys.executable, "-c", ask], env=e, capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip() == expect, (value, out.stderr[-500:])

@@ -1,7 +1,7 @@
 """LETI's own C kernels for the CPU backend, built with the machine's C compiler at first use:
 
-* ``leti_sgemm`` (``csrc/gemm.c``): AVX2 + FMA SGEMM, weights packed once, bias and activation fused
-  into the micro-kernel's store;
+* ``leti_sgemm`` (``csrc/gemm.c``): AVX2 + FMA SGEMM (AVX-512 tiles where the CPU has them), weights packed once,
+  bias and activation fused into the micro-kernel's store;
 * ``leti_dwconv3x3`` (``csrc/dwconv.c``): 3×3 depthwise convolution with the taps held in registers
   along each output row;
 * ``leti_run_program`` (``csrc/program.c``): a run of calls of these kernels as one call, in one OpenMP parallel
@@ -106,9 +106,10 @@ def _build(out: Path) -> str:
             os.unlink(tmp)
 
 
-def set_avx512(on: bool) -> bool:
-    """Ask for the products' AVX-512 micro-kernel (``csrc/gemm.c``; opt-in, also by ``LETI_AVX512=1`` before the
-    first product) or for the AVX2 one; returns whether AVX-512 is now used (the CPU must have avx512f)."""
+def set_avx512(on: bool | None) -> bool:
+    """Ask for the products' AVX-512 micro-kernel (``csrc/gemm.c``; the default where the CPU has avx512f, off with
+    ``LETI_AVX512=0`` before the first product) or for the AVX2 one; ``None`` only asks. Returns whether AVX-512 is
+    used."""
     import ctypes
 
     path = library()
@@ -116,7 +117,7 @@ def set_avx512(on: bool) -> bool:
         return False
     f = ctypes.CDLL(str(path)).leti_set_avx512
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return bool(f(int(bool(on))))
+    return bool(f(-1 if on is None else int(bool(on))))
 
 
 @lru_cache(maxsize=1)

@@ -151,30 +151,32 @@ static void micro_h12(int64_t kc, const float *restrict a, int64_t lda, const fl
     STOREH(10) STOREH(11)
 }
 
-/* ---- AVX-512 (opt-in, session 21) ------------------------------------------------------------------------------
+/* ---- AVX-512 (session 21) ---------------------------------------------------------------------------------------
  * A host with full-width AVX-512 (Zen 5) runs a 512-bit FMA in the time of a 256-bit one, and the peers of
- * bench_engine_cpu.py use it there (MobileNet v1 at one thread: TFLite 5.1 ms, the AVX2 engine 9.4). A full panel
- * of 16 columns is one zmm, so this micro-kernel keeps a 12 x 16 block of y in 12 zmm accumulators: per k, one load
- * of B, twelve broadcasts of a, twelve FMAs; a partial panel is a store mask. Compiled for avx512f by the target
- * attribute, used only when the CPU has it and it was asked for (LETI_AVX512=1, or leti_set_avx512); half panels
- * (at most 8 columns) keep the AVX2 tiles. */
+ * bench_engine_cpu.py use it there (MobileNet v1 at one thread: TFLite 5.1 ms, the AVX2 engine 9.4, 6.5 with this).
+ * A full panel of 16 columns is one zmm, so this micro-kernel keeps a 12 x 16 block of y in 12 zmm accumulators: per
+ * k, one load of B, twelve broadcasts of a, twelve FMAs; a partial panel is a store mask. Compiled for avx512f by the
+ * target attribute, used when the CPU has it unless LETI_AVX512=0 (or leti_set_avx512(0)); half panels (at most 8
+ * columns) keep the AVX2 tiles. (On a Zen 4, whose 512-bit FMAs are two 256-bit halves, session 18 measured a
+ * similar kernel at 0.94-1.16x the AVX2 one.) */
 #define MR512 12
 #define AVX512 __attribute__((target("avx512f")))
 
 static int use512 = -1;
 
-/* ask for the AVX-512 products (on != 0) or not; returns whether they are used (the CPU must have avx512f) */
-int64_t leti_set_avx512(int64_t on) {
-    use512 = on && __builtin_cpu_supports("avx512f");
-    return use512;
-}
-
 static inline int avx512_on(void) {
     if (use512 < 0) {
         const char *e = getenv("LETI_AVX512");
-        leti_set_avx512(e && e[0] == '1');
+        use512 = !(e && e[0] == '0') && __builtin_cpu_supports("avx512f");
     }
     return use512;
+}
+
+/* ask for the AVX-512 products (on = 1) or the AVX2 ones (on = 0), or only ask which are used (on < 0); returns
+ * whether AVX-512 is used (the CPU must have avx512f) */
+int64_t leti_set_avx512(int64_t on) {
+    if (on >= 0) use512 = on && __builtin_cpu_supports("avx512f");
+    return avx512_on();
 }
 
 static inline AVX512 __attribute__((always_inline)) __m512 activate512(__m512 v, int64_t act) {
