@@ -11,7 +11,8 @@ against TFLite (``rel.err``, the largest over the engines) before timing.
 
 Columns: median ms per run of each peer, of the engine (schemes chosen by pre-inference), of the engine with its
 products on the AVX2 micro-kernel only (``avx2``: an ablation on a host with avx512f, where the engine's products use
-AVX-512 by default; elsewhere the column is left out),
+AVX-512 by default; elsewhere the column is left out; ``--ablation 1panel``: the AVX-512 tiles of one 16-column panel
+in place of the default two),
 of the engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
 convs change scheme) and of plain NumPy (:func:`numpy_runner`: pad + window view copied into the
 im2col matrix + ``np.matmul`` per conv, NumPy sums for depthwise convs and pools); ``best`` is the
@@ -292,23 +293,31 @@ def avx512_available() -> bool:
     return ckernels.set_avx512(None)
 
 
-def avx2_runner(g: Graph, x: np.ndarray, threads: int):
-    """The engine with its products on the AVX2 micro-kernel (an ablation where the CPU has AVX-512, which the engine
-    uses by default there, ``csrc/gemm.c``): switched off around each run only."""
+#: the ablations ``--ablation`` times as the extra engine column: (what the column shows, the ckernels switch and
+#: the engine's default it turns off for the run)
+ABLATIONS = {"avx2": ("AVX2 products only", "set_avx512"),
+             "1panel": ("one-panel AVX-512 products", "set_pair512")}
+
+
+def ablation_runner(g: Graph, x: np.ndarray, threads: int, switch: str = "set_avx512"):
+    """The engine with one of its product kernels' defaults turned off around each run only (``csrc/gemm.c``):
+    ``set_avx512``, the AVX2 micro-kernel where the CPU has AVX-512; ``set_pair512``, the AVX-512 tiles of one
+    16-column panel instead of two."""
     from leti.engine.backends.cpu import ckernels
 
     run, out, s = engine_runner(g, x, threads)
+    flip = getattr(ckernels, switch)
 
-    def with_avx2(fn):
+    def turned_off(fn):
         def call():
-            ckernels.set_avx512(False)
+            flip(False)
             try:
                 return fn()
             finally:
-                ckernels.set_avx512(True)
+                flip(True)
         return call
 
-    return with_avx2(run), with_avx2(out), s
+    return turned_off(run), turned_off(out), s
 
 
 def numpy_runner(g: Graph, x: np.ndarray, threads: int):
@@ -478,7 +487,7 @@ def peer_files(g_opt: Graph, tmp: Path, tag: str, errors: dict) -> dict[str, str
     return files
 
 
-def make_runners(data, g, g_opt, files, x, threads, errors):
+def make_runners(data, g, g_opt, files, x, threads, errors, ablation="avx2"):
     runners = {}
 
     def add(key, factory, *args):
@@ -498,7 +507,7 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
         add("ncnn", ncnn_runner, files["ncnn"], x, threads)
     add("engine", engine_runner, g, x, threads)
     if avx512_available():
-        add("avx2", avx2_runner, g, x, threads)
+        add(ablation, lambda *a: ablation_runner(*a, switch=ABLATIONS[ablation][1]), g, x, threads)
     add("im2col", lambda *a: engine_runner(*a, conv_scheme="im2col"), g, x, threads)
     add("numpy", numpy_runner, g_opt, x, threads)
     # BLAS thread count per runner (a ctypes call each time): the engine keeps BLAS at one thread
@@ -514,7 +523,7 @@ def make_runners(data, g, g_opt, files, x, threads, errors):
             fn()
         return run
 
-    for k in ("engine", "avx2", "im2col", "numpy"):
+    for k in ("engine", ablation, "im2col", "numpy"):
         if k in runners:
             runners[k] = (with_blas(runners[k][0], threads if k == "numpy" else 1), runners[k][1])
     return runners
@@ -563,15 +572,19 @@ def main() -> None:
     ap.add_argument("--no-nb101", action="store_true", help="skip the NB101 models (e.g. with --regnet alone)")
     ap.add_argument("--resnet50", action="store_true", help="also ResNet50 (slow to convert)")
     ap.add_argument("--regnet", action="store_true", help="also RegNetX-200MF (grouped convolutions)")
+    ap.add_argument("--ablation", choices=sorted(ABLATIONS), default="avx2",
+                    help="the extra engine column where the CPU has AVX-512: avx2 (products on the AVX2 kernel) or "
+                         "1panel (AVX-512 tiles of one 16-column panel)")
     args = ap.parse_args()
     from leti.engine.backends.cpu import blas
 
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; engine GEMMs: {blas.name()}")
     errors: dict[str, str] = {}
-    cols = list(PEERS) + ["engine", "avx2", "im2col", "numpy"]
+    ablation = args.ablation
+    cols = list(PEERS) + ["engine", ablation, "im2col", "numpy"]
     hdr = (f"{'model':28s} {'thr':>3s} " + " ".join(f"{c[:8]:>8s}" for c in cols)
            + f" {'best':>8s} {'x best':>6s} {'x im2col':>8s} {'x numpy':>7s}  rel.err")
-    rows, worst, worst_avx2 = [], [], []
+    rows, worst, worst_ablation = [], [], []
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         for mi, (name, data) in enumerate(models(args.networks, args.mobilenet or args.only_mobilenet,
@@ -584,7 +597,7 @@ def main() -> None:
             for threads in args.threads:
                 shape = Session(g, backends=("cpu",)).contexts()[0].in_shapes[0]
                 x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-                runners = make_runners(data, g, g_opt, files, x, threads, errors)
+                runners = make_runners(data, g, g_opt, files, x, threads, errors, ablation)
                 runners["tflite"][0]()
                 ref = runners["tflite"][1]().copy()
                 err = {}
@@ -605,18 +618,19 @@ def main() -> None:
                 cells = " ".join(f"{t[c]:8.2f}" if c in t else f"{'n/a':>8s}" for c in cols)
                 line = (f"{name:28s} {threads:3d} {cells} {best[:8]:>8s} {t['engine'] / peers[best]:6.2f} "
                         f"{t['engine'] / t['im2col']:8.2f} {t['engine'] / t['numpy']:7.2f}  "
-                        f"{max(err[k] for k in ('engine', 'avx2', 'im2col') if k in err):.1e}")
+                        f"{max(err[k] for k in ('engine', ablation, 'im2col') if k in err):.1e}")
                 rows.append(line)
                 worst.append((t["engine"] / peers[best], name, threads))
-                if "avx2" in t:
-                    worst_avx2.append((t["avx2"] / peers[best], name, threads))
+                if ablation in t:
+                    worst_ablation.append((t[ablation] / peers[best], name, threads))
                 print(line if len(rows) > 1 else hdr + "\n" + line, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     for k, v in errors.items():
         print(f"n/a {k}: {v}")
-    if worst_avx2:
-        ratio, name, threads = max(worst_avx2)
-        print(f"engine with AVX2 products only/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} threads)")
+    if worst_ablation:
+        ratio, name, threads = max(worst_ablation)
+        print(f"engine with {ABLATIONS[ablation][0]}/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} "
+              "threads)")
     if worst:
         ratio, name, threads = max(worst)
         print(f"engine/best-peer worst ratio: {ratio:.2f} ({name.strip()}, {threads} threads)")

@@ -447,36 +447,55 @@ needs_avx512 = pytest.mark.skipif(ckernels.library() is None or not _avx512_on()
 
 @needs_avx512
 @pytest.mark.parametrize("rows", [1, 7, 12, 13, 49, 300])
-@pytest.mark.parametrize("n", [8, 16, 17, 40, 100])
+@pytest.mark.parametrize("n", [8, 16, 17, 25, 32, 40, 100])
 @pytest.mark.parametrize("k", [7, 300, 600])
 def test_avx512_products_match_numpy_and_the_avx2_kernel(rng, rows, n, k):
-    """The AVX-512 micro-kernel (12 rows x one 16-column panel; the default where the CPU has it): partial panels as store masks, half panels
-    (at most 8 columns) on the AVX2 tiles under it, several k blocks (600 > 256), bias, activation and a residual in
-    the last block's epilogue; the AVX2 kernel's results to rounding."""
+    """The AVX-512 micro-kernels (the default where the CPU has it): 12 rows x two 16-column panels (the second
+    partial by a store mask: n = 25, 40, 100) or x one panel (pairs off, or an odd panel out: n = 16, 17), half panels
+    (at most 8 columns) on the AVX2 tiles under them, several k blocks (600 > 256), bias, activation and a residual
+    in the last block's epilogue; every variant to numpy and to the AVX2 kernel's results to rounding."""
     from leti.engine.backends.cpu import gemm as G
 
     a = rng.standard_normal((rows, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias, res = rng.standard_normal(n).astype(np.float32), rng.standard_normal((rows, n)).astype(np.float32)
     bp, bpad = ckernels.pack(w), ckernels.pad_bias(bias, n)
-    out, was = {}, ckernels.set_avx512(None)
+    out, was, pair_was = {}, ckernels.set_avx512(None), ckernels.set_pair512(None)
     try:
-        for on in (False, True):
-            assert ckernels.set_avx512(on) == on
+        for on, pair in ((False, False), (True, False), (True, True)):
+            assert ckernels.set_avx512(on) == on and ckernels.set_pair512(pair) == pair
             for act in (0, 2):
                 for r in (None, res):
                     y = np.full((rows, n), np.nan, np.float32)
                     G.gemm_leti_bias_act(a, bp, y, bpad, True, act, 1, np.zeros((1, 1), np.float32) if r is None else r,
                                          r is not None)
-                    out[on, act, r is None] = y
+                    out[on, pair, act, r is None] = y
     finally:
         ckernels.set_avx512(was)
+        ckernels.set_pair512(pair_was)
     for act in (0, 2):
         for plain in (True, False):
             ref = a.astype(np.float64) @ w + bias + (0 if plain else res)
             ref = _relu6(ref) if act == 2 else ref
-            assert rel_err(out[True, act, plain], ref) < TOL
-            assert np.allclose(out[True, act, plain], out[False, act, plain], rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+            for pair in (False, True):
+                assert rel_err(out[True, pair, act, plain], ref) < TOL
+                assert np.allclose(out[True, pair, act, plain], out[False, False, act, plain], rtol=1e-4,
+                                   atol=1e-4 * np.abs(ref).max())
+
+
+@needs_avx512
+def test_paired_panels_are_the_default_and_leti_gemm_pair_0_turns_them_off():
+    import os
+    import subprocess
+    import sys
+
+    ask = "from leti.engine.backends.cpu import ckernels; print(ckernels.set_pair512(None))"
+    env = {k: v for k, v in os.environ.items() if k != "LETI_GEMM_PAIR"}
+    for value, expect in ((None, "True"), ("0", "False")):
+        e = env if value is None else {**env, "LETI_GEMM_PAIR": value}
+        out = subprocess.run([sys.executable, "-c", ask], env=e, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-500:]
+        assert out.stdout.strip().splitlines()[-1] == expect
 
 
 @needs_avx512

@@ -26,7 +26,9 @@ thread measured there at ~2.2 GHz). LETI's C kernels then made the engine 2-4× 
 measured 34×10⁹ MUL/s a thread on such a VM (the 3×3 convolution by Winograd, counted as direct MULs), and the
 calibrated plan of a 32×32×64 NB101 cell was 0.32-0.46 ms where 4 MUL a cycle guessed 1.23 (2.7-3.9×).
 :data:`CPU_MUL_PER_CYCLE` is now 8 (16×10⁹ MUL/s a thread at 2 GHz): that guess is 0.61 ms, 1.3-1.9× the
-calibrated plan; an uncalibrated estimate is still a guess within a factor ~2 — calibrate for more.
+calibrated plan; an uncalibrated estimate is still a guess within a factor ~2 — calibrate for more. Where the
+engine's products run 16-lane AVX-512 tiles (:func:`cpu_mul_per_cycle`), twice that: on a Zen 5 the same cell's
+calibrated plan was 0.18 ms with the paired-panel AVX-512 products (session 22), 3.4× the 8-a-cycle guess.
 
 Two extensions, off by default so that the model stays MNN's: ``cpu_overhead`` adds the calibrated
 per-op overhead on CPUs too (a Python engine pays one), ``memory_term`` takes
@@ -51,6 +53,16 @@ from leti.errors import LetiError
 CPU_FLOPS_FALLBACK = 2e9  # MNN: the CPU's MUL/s when its frequency is unknown (one MUL a cycle at 2 GHz)
 #: MUL a cycle a core sustains in LETI's vectorised kernels (see the module docstring); MNN's is 1
 CPU_MUL_PER_CYCLE = 8.0
+
+
+def cpu_mul_per_cycle() -> float:
+    """:data:`CPU_MUL_PER_CYCLE`, doubled where the engine's products use AVX-512 (twice the lanes of AVX2)."""
+    try:
+        from leti.engine.backends.cpu import ckernels
+
+        return CPU_MUL_PER_CYCLE * (2.0 if ckernels.set_avx512(None) else 1.0)
+    except Exception:  # noqa: BLE001 - no compiler or library: the AVX2-era constant
+        return CPU_MUL_PER_CYCLE
 GPU_FLOPS_FALLBACK = 4e9
 GPU_T_SCHEDULE_MS = 0.05
 BANDWIDTH_FALLBACK = {"cpu": 20e9, "gpu": 100e9}  # cpu: 40e9 B/s calibrated on the 2-core VM above, halved
@@ -152,15 +164,15 @@ class AnalyticCostModel(CostModel):
     """MNN's C_op (module docstring). ``params`` fixes a backend's ``{"flops", "t_schedule_ms",
     "bandwidth"}`` by its ``cost_key`` (tests, or parameters measured elsewhere); ``open_session``
     is what calibration runs its microbenchmarks with (a Session attaches one); ``mul_per_cycle`` sets
-    the uncalibrated CPU FLOPS (1 = MNN's constants exactly)."""
+    the uncalibrated CPU FLOPS (1 = MNN's constants exactly; default :func:`cpu_mul_per_cycle`)."""
 
     name = "mnn"
 
     def __init__(self, calibrate: bool = True, cache: str | os.PathLike | None = None, params: dict | None = None,
                  cpu_overhead: bool = False, memory_term: bool = False, transfers=None, open_session=None,
-                 mul_per_cycle: float = CPU_MUL_PER_CYCLE):
+                 mul_per_cycle: float | None = None):
         self.calibrate = calibrate
-        self.mul_per_cycle = mul_per_cycle
+        self.mul_per_cycle = cpu_mul_per_cycle() if mul_per_cycle is None else mul_per_cycle
         self.open_session = open_session
         self.cache = Path(cache) if cache is not None else default_cache()
         self.params = dict(params or {})

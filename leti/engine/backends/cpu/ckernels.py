@@ -46,7 +46,7 @@ SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 #: what the build depends on: the sources and the header they share
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
-           "leti_program_threads_supported", "leti_set_avx512")
+           "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -116,6 +116,19 @@ def set_avx512(on: bool | None) -> bool:
     if path is None:
         return False
     f = ctypes.CDLL(str(path)).leti_set_avx512
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    return bool(f(-1 if on is None else int(bool(on))))
+
+
+def set_pair512(on: bool | None) -> bool:
+    """Ask for the AVX-512 products' paired-panel tiles (32 columns per tile, ``csrc/gemm.c``; the default, off with
+    ``LETI_GEMM_PAIR=0``) or for one panel per tile; ``None`` only asks. Returns whether pairs are used."""
+    import ctypes
+
+    path = library()
+    if path is None:
+        return False
+    f = ctypes.CDLL(str(path)).leti_set_pair512
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
     return bool(f(-1 if on is None else int(bool(on))))
 

@@ -235,10 +235,87 @@ static AVX512 void tile512(int64_t rows, int64_t kc, const float *a, int64_t lda
     }
 }
 
+/* Two panels at once (32 columns): per k, two loads of B, up to twelve broadcasts of a, twice as many FMAs. The
+ * one-panel tile issues a load for every FMA (twelve broadcasts and B against twelve FMAs), which bounds it by the
+ * load ports rather than the FMA units; a pair of panels halves the loads per FMA. 24 accumulators, two B vectors
+ * and one broadcast: 27 of the 32 zmm registers. The second panel may be partial (a store mask). */
+#define ROWZ2(r)                                                                                    \
+    if (mr > r) {                                                                                   \
+        __m512 av = _mm512_set1_ps(a[r * lda + p]);                                                 \
+        c##r = _mm512_fmadd_ps(av, b0, c##r);                                                       \
+        d##r = _mm512_fmadd_ps(av, b1, d##r);                                                       \
+    }
+#define STOREZ2(r)                                                                                  \
+    if (mr > r) {                                                                                   \
+        float *yr = y + r * ldy;                                                                    \
+        if (!first) {                                                                               \
+            c##r = _mm512_add_ps(c##r, _mm512_loadu_ps(yr));                                        \
+            d##r = _mm512_add_ps(d##r, _mm512_maskz_loadu_ps(m1, yr + NR));                         \
+        }                                                                                           \
+        if (last) {                                                                                 \
+            if (res) {                                                                              \
+                c##r = _mm512_add_ps(c##r, _mm512_loadu_ps(res + r * ldy));                         \
+                d##r = _mm512_add_ps(d##r, _mm512_maskz_loadu_ps(m1, res + r * ldy + NR));          \
+            }                                                                                       \
+            c##r = activate512(_mm512_add_ps(c##r, bias0), act);                                    \
+            d##r = activate512(_mm512_add_ps(d##r, bias1), act);                                    \
+        }                                                                                           \
+        _mm512_storeu_ps(yr, c##r);                                                                 \
+        _mm512_mask_storeu_ps(yr + NR, m1, d##r);                                                   \
+    }
+
+static inline AVX512 __attribute__((always_inline)) void
+micro512x2(const int mr, int64_t kc, const float *restrict a, int64_t lda, const float *restrict b,
+           const float *restrict b2, float *restrict y, int64_t ldy, int64_t nr2, int first, int last,
+           const float *bias, const float *res, int64_t act, const float *pfb, const float *pfb2) {
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
+    __m512 c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps(), c6 = _mm512_setzero_ps(), c7 = _mm512_setzero_ps();
+    __m512 c8 = _mm512_setzero_ps(), c9 = _mm512_setzero_ps(), c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+    __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps(), d2 = _mm512_setzero_ps(), d3 = _mm512_setzero_ps();
+    __m512 d4 = _mm512_setzero_ps(), d5 = _mm512_setzero_ps(), d6 = _mm512_setzero_ps(), d7 = _mm512_setzero_ps();
+    __m512 d8 = _mm512_setzero_ps(), d9 = _mm512_setzero_ps(), d10 = _mm512_setzero_ps(), d11 = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kc; ++p) {
+        if (pfb) {
+            _mm_prefetch((const char *)(pfb + p * NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pfb2 + p * NR), _MM_HINT_T1);
+        }
+        __m512 b0 = _mm512_loadu_ps(b + p * NR), b1 = _mm512_loadu_ps(b2 + p * NR);
+        ROWZ2(0) ROWZ2(1) ROWZ2(2) ROWZ2(3) ROWZ2(4) ROWZ2(5) ROWZ2(6) ROWZ2(7) ROWZ2(8) ROWZ2(9) ROWZ2(10) ROWZ2(11)
+    }
+    __m512 bias0 = last && bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    __m512 bias1 = last && bias ? _mm512_loadu_ps(bias + NR) : _mm512_setzero_ps();
+    __mmask16 m1 = nr2 >= NR ? (__mmask16)0xFFFF : (__mmask16)((1u << nr2) - 1u);
+    STOREZ2(0) STOREZ2(1) STOREZ2(2) STOREZ2(3) STOREZ2(4) STOREZ2(5) STOREZ2(6) STOREZ2(7) STOREZ2(8) STOREZ2(9)
+    STOREZ2(10) STOREZ2(11)
+}
+
+static AVX512 void tile512x2(int64_t rows, int64_t kc, const float *a, int64_t lda, const float *b, const float *b2,
+                             float *y, int64_t ldy, int64_t nr2, int first, int last, const float *bias,
+                             const float *res, int64_t act, const float *pfb, const float *pfb2) {
+#define T2(n) micro512x2(n, kc, a, lda, b, b2, y, ldy, nr2, first, last, bias, res, act, pfb, pfb2); break;
+    switch (rows) {
+    case 12: T2(12) case 11: T2(11) case 10: T2(10) case 9: T2(9) case 8: T2(8) case 7: T2(7)
+    case 6: T2(6) case 5: T2(5) case 4: T2(4) case 3: T2(3) case 2: T2(2) default: T2(1)
+    }
+#undef T2
+}
+
+static int pair512 = -1;
+/* the paired-panel tiles on (1) or off (0), or only ask (< 0); LETI_GEMM_PAIR=0 turns them off */
+int64_t leti_set_pair512(int64_t on) {
+    if (on >= 0) pair512 = (int)on;
+    if (pair512 < 0) {
+        const char *e = getenv("LETI_GEMM_PAIR");
+        pair512 = !(e && e[0] == '0');
+    }
+    return pair512;
+}
+
 /* leti_sgemm's k block and chunk of panels q0..q1-1 with the AVX-512 tiles: rows in balanced tiles of at most 12 */
 static void block512(int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc, int first, int last, int64_t q0,
                      int64_t q1, const float *a, int64_t lda, const float *bp, float *y, int64_t ldy, const float *bias,
                      const float *res, int64_t act) {
+    const int pair = (int)leti_set_pair512(-1);
     for (int64_t i = 0, rows; i < m; i += rows) {
         int64_t left = m - i, tiles_left = (left + MR512 - 1) / MR512;
         rows = (left + tiles_left - 1) / tiles_left;
@@ -249,6 +326,14 @@ static void block512(int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc, in
             float *yq = y + i * ldy + q * NR;
             const float *bs = bias ? bias + q * NR : 0;
             const float *rs = res ? res + i * ldy + q * NR : 0;
+            int64_t nr2 = n - (q + 1) * NR < NR ? n - (q + 1) * NR : NR;
+            if (pair && q + 1 < q1 && nr == NR && nr2 > 8) { /* two panels: the second one's columns by mask */
+                const float *pfb = i == 0 && q + 2 < q1 ? bq + 2 * k * NR : 0;
+                tile512x2(rows, kc, ai, lda, bq, bq + k * NR, yq, ldy, nr2, first, last, bs, rs, act, pfb,
+                          pfb ? pfb + k * NR : 0);
+                ++q;
+                continue;
+            }
             const float *pfb = i == 0 && q + 1 < q1 ? bq + k * NR : 0;
             if (nr > 8) {
                 tile512(rows, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act, pfb);
