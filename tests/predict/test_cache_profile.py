@@ -43,16 +43,23 @@ def _rows(model: str, kernels: list[tuple[int, float]]) -> list[dict]:
              "bytes_weights": mb * 1e6} for side, mb in kernels]
 
 
-def test_only_one_pixel_kernels_of_models_that_evict_them_pay():
-    p = _profile()
+def test_kernels_pay_for_the_weights_their_model_evicts_as_far_as_their_work_does_not_hide_them():
+    p, warm = _profile(), (lambda w: 0.01 * np.asarray(w))  # the profile's warm time: 0.01 ms per MB
     rows = normalize(pd.DataFrame(_rows("small", [(7, 3.0), (1, 2.0)]) + _rows("big", [(7, 30.0), (1, 2.0)])
-                                  + _rows("huge", [(1, 80.0)]) + _rows("maps", [(180, 0.1), (1, 2.0)])), "t")
-    extra = p.in_model_ms(rows)
+                                  + _rows("huge", [(1, 80.0)]) + _rows("maps", [(180, 0.1), (1, 2.0)])
+                                  + _rows("few", [(2, 4.0), (2, 4.0), (7, 30.0)])), "t")
+    alone = np.array([0.5, 0.02, 2.0, 0.02, 0.8, 3.0, 0.02, 0.1, 5.0, 2.0])
+    extra = p.in_model_ms(rows, alone, warm)
     assert extra[0] == 0.0 and extra[1] == 0.0  # 5 MB in all: the cache holds every weight
-    assert extra[2] == 0.0  # many output pixels: no one-pixel kernel
-    assert extra[3] == pytest.approx(0.03, rel=0.15)  # 32 MB in play: its 2 MB come from memory
+    assert extra[2] == 0.0  # its 30 MB stream from memory alone too
+    assert extra[3] == pytest.approx(0.03, rel=0.15)  # one pixel, 34 MB in play: its 2 MB come from memory, unhidden
     assert extra[4] == pytest.approx(0.0, abs=1e-9)  # 80 MB alone already streams from memory
     assert rows.bytes_out[5] > 30e6 and extra[6] == pytest.approx(0.03, rel=0.15)  # 33 MB of feature maps evict it too
+    # four pixels of 4 MB: 0.06 ms of work beside a 0.04 + 0.06 ms stream, which it hides in part
+    stream, work = 0.04 + 0.06 * (1 - float(p.share_lost(np.array([4.0]))[0])), 0.1 - 0.04
+    assert extra[7] == pytest.approx(np.hypot(work, stream) - 0.1, rel=1e-6) and 0.0 < extra[7] < p.excess(4.0)
+    assert extra[8] == 0.0  # the same weights under 5 ms of work: hidden
+    assert np.all(p.in_model_ms(rows.assign(kernel_type="depthwise_conv2d"), alone, warm) == 0.0)  # not streamed
 
 
 def test_predictor_keeps_its_profile_and_adds_it_to_the_model_not_the_kernel(tmp_path):
@@ -67,10 +74,19 @@ def test_predictor_keeps_its_profile_and_adds_it_to_the_model_not_the_kernel(tmp
                                                                                runtime="tflite-xnnpack"), "t")
     model.loc[0, "kernel_type"] = "dense"  # a type the regressors know
     with_cache, without = back.predict_models(model)[0], plain.predict_models(model)[0]
-    assert list(with_cache.kernels.cold_ms) == pytest.approx([0.0, float(_profile().in_model_ms(model)[1])])
+    alone = back.predict_kernels(model).predicted_ms.to_numpy()
+    assert list(with_cache.kernels.cold_ms) == pytest.approx(list(_profile().in_model_ms(model, alone, back.warm_ms)))
+    assert with_cache.kernels.cold_ms[1] > 0.01  # its 4 MB come from memory in a 34 MB model
     assert with_cache.latency_ms == pytest.approx(without.latency_ms + with_cache.kernels.cold_ms.sum())
     # one kernel alone is no model: predict_kernels is the kernel's own time
     assert np.allclose(back.predict_kernels(model).predicted_ms, plain.predict_kernels(model).predicted_ms)
+    # reading weights warm: the predictor's own one-pixel dense kernel, growing with the weights
+    warm = back.warm_ms(np.array([0.5, 2.0, 8.0, 32.0]))
+    assert np.all(warm > 0) and np.all(np.diff(warm) >= 0) and warm[-1] > 2 * warm[0]
+    convs = table[table.kernel_type == "conv2d"].head(40).reset_index(drop=True)
+    no_dense = KernelLatencyPredictor(KernelRegressors(n_members=2, n_estimators=30, max_depth=3).fit(convs),
+                                      Overhead(), "local", "tflite-xnnpack", "float", cache=_profile())
+    assert np.all(no_dense.warm_ms(np.array([1.0, 8.0])) == 0.0)  # no dense regressor: nothing known
 
 
 def test_probe_times_the_local_cpu(tmp_path):

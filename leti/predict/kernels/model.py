@@ -24,6 +24,8 @@ from leti.predict.kernels.split import FusionRules, rules_for
 FORMAT = "leti-kernel-predictor"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+#: weights (MB) at which :meth:`KernelLatencyPredictor.warm_ms` predicts a one-pixel kernel once (log-spaced)
+WARM_GRID_MB = tuple(float(v) for v in np.geomspace(0.01, 400.0, 60))
 Z90 = 1.6449
 
 
@@ -60,6 +62,7 @@ class KernelLatencyPredictor:
         #: what one-pixel kernels' weights cost in a model that evicts them (measured by the build; None: nothing)
         self.cache = cache
         self.source = ""
+        self._warm: tuple[np.ndarray, np.ndarray] | None = None  # warm_ms's grid, predicted at its first use
 
     @property
     def describes(self) -> str:
@@ -89,11 +92,33 @@ class KernelLatencyPredictor:
 
     def in_model(self, rows: pd.DataFrame) -> pd.DataFrame:
         """Predicted kernel rows as parts of their models: ``predicted_ms`` plus ``cold_ms``, what the device's
-        cache profile says a one-pixel kernel pays for weights its model has pushed out of the cache."""
+        cache profile says a kernel pays for weights its model has pushed out of the cache
+        (:meth:`~leti.predict.kernels.cache.CacheProfile.in_model_ms`)."""
         if self.cache is None:
             return rows
-        cold = self.cache.in_model_ms(rows)
+        cold = self.cache.in_model_ms(rows, rows["predicted_ms"].to_numpy(np.float64), self.warm_ms)
         return rows.assign(predicted_ms=rows["predicted_ms"].to_numpy(np.float64) + cold, cold_ms=cold)
+
+    def warm_ms(self, weights_mb: np.ndarray) -> np.ndarray:
+        """What reading ``weights_mb`` MB of weights from the cache takes: this predictor's one-pixel fully connected
+        kernel of 1,024 inputs and that many weights alone (:data:`WARM_GRID_MB`, interpolated in log size; 0 for a
+        predictor without dense kernels)."""
+        if self._warm is None:
+            from leti.predict.kernels.schema import normalize
+
+            outputs = np.maximum(np.round(np.asarray(WARM_GRID_MB) * 1e6 / 4 / 1024), 1).astype(np.int64)
+            grid = normalize(pd.DataFrame({
+                "model": "warm", "kernel_index": np.arange(len(outputs)), "kernel_type": "dense", "input_h": 1,
+                "input_w": 1, "input_c": 1024, "output_h": 1, "output_w": 1, "output_c": outputs, "kernel_h": 1,
+                "kernel_w": 1, "stride": 1, "groups": 1, "n_inputs": 1, "fused": "", "device": self.device,
+                "runtime": self.runtime, "precision": self.precision}), "warm grid")
+            try:
+                ms = self.predict_kernels(grid, where="the warm grid").predicted_ms.to_numpy(np.float64)
+            except DatasetError:  # no dense regressor: nothing known about reading weights warm
+                ms = np.zeros(len(grid))
+            self._warm = (np.log(grid["bytes_weights"].to_numpy(np.float64) / 1e6), ms)
+        x, y = self._warm
+        return np.interp(np.log(np.maximum(np.asarray(weights_mb, np.float64), 1e-6)), x, y, left=0.0)
 
     def predict_models(self, table: pd.DataFrame, allow_unknown: bool = False,
                        where: str = "kernels") -> list[ModelLatency]:
