@@ -300,6 +300,32 @@ def test_depthwise_3x3_pixel_kernel_matches_reference(rng, shape, stride, paddin
     assert rel_err(y, run_reference(g, {"x": x})["y"]) < TOL
 
 
+@pytest.mark.parametrize("shape, stride, padding, dilation", [
+    ((1, 14, 14, 32), 2, "same", 1), ((2, 9, 11, 48), 2, "valid", 1), ((1, 10, 9, 16), 2, "same", 2),
+    ((1, 2, 3, 64), 2, "same", 1), ((1, 13, 12, 16), 3, "same", 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_3x3_sixteen_lanes_match_reference_and_eight(rng, shape, stride, padding, dilation, threads):
+    """Channels in whole 16s at stride 2 or more take 16 lanes a vector where the CPU has AVX-512
+    (``csrc/dwconv_impl.h`` at both widths): interior runs, border columns and rows, dilation, batches, maps
+    smaller than the window; the same results with the AVX2 kernels (``set_avx512(False)``)."""
+    w = rng.standard_normal((3, 3, shape[3])).astype(np.float32)
+    g = _dw_graph(shape, w, stride, 1, "relu6", padding, dilation)
+    x = (3 * rng.standard_normal(shape)).astype(np.float32)
+    ref = run_reference(g, {"x": x})["y"]
+    was, out = ckernels.set_avx512(None), {}
+    try:
+        for on in (False, True):
+            if ckernels.set_avx512(on) != on:
+                continue  # no avx512f here: the 8-lane kernel only
+            out[on] = Session(g, backends=("cpu",), threads=threads).run({"x": x})["y"]
+    finally:
+        ckernels.set_avx512(was)
+    for y in out.values():
+        assert rel_err(y, ref) < TOL
+    if len(out) == 2:
+        assert np.allclose(out[True], out[False], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("shape, k, stride, pads, dil", [
     ((1, 12, 11, 3), 3, 2, (1, 1), 1), ((2, 7, 9, 5), 3, 1, (1, 1), 1), ((1, 9, 9, 3), 5, 2, (0, 2), 1),
     ((1, 8, 10, 3), 3, 1, (2, 2), 2), ((1, 6, 6, 20), 3, 2, (1, 0), 1)])
@@ -447,12 +473,12 @@ needs_avx512 = pytest.mark.skipif(ckernels.library() is None or not _avx512_on()
 
 @needs_avx512
 @pytest.mark.parametrize("rows", [1, 7, 12, 13, 49, 300])
-@pytest.mark.parametrize("n", [8, 16, 17, 25, 32, 40, 100])
+@pytest.mark.parametrize("n", [8, 16, 17, 24, 25, 32, 40, 100])
 @pytest.mark.parametrize("k", [7, 300, 600])
 def test_avx512_products_match_numpy_and_the_avx2_kernel(rng, rows, n, k):
     """The AVX-512 micro-kernels (the default where the CPU has it): 12 rows x two 16-column panels (the second
-    partial by a store mask: n = 25, 40, 100) or x one panel (pairs off, or an odd panel out: n = 16, 17), half panels
-    (at most 8 columns) on the AVX2 tiles under them, several k blocks (600 > 256), bias, activation and a residual
+    partial by a store mask: n = 17, 24, 25, 40, 100) or x one panel (pairs off, or a panel alone: n = 16), half panels
+    (at most 8 columns) that are not a pair's second on the AVX2 tiles (n = 8, 40), several k blocks (600 > 256), bias, activation and a residual
     in the last block's epilogue; every variant to numpy and to the AVX2 kernel's results to rounding."""
     from leti.engine.backends.cpu import gemm as G
 

@@ -1,4 +1,4 @@
-/* Helpers shared by LETI's C kernels (AVX2). */
+/* Helpers shared by LETI's C kernels (AVX2, and AVX-512 in functions compiled for it by the AVX512 attribute). */
 #ifndef LETI_SIMD_H
 #define LETI_SIMD_H
 #include <immintrin.h>
@@ -21,6 +21,16 @@ static inline __attribute__((always_inline)) __m256 activate(__m256 v, int64_t a
 static inline float activate1(float v, int64_t act) {
     if (act >= 1 && v < 0.0f) v = 0.0f;
     if (act == 2 && v > 6.0f) v = 6.0f;
+    return v;
+}
+
+/* a function compiled for avx512f (called only where the CPU has it) */
+#define AVX512 __attribute__((target("avx512f")))
+
+/* the fused activation on 16 lanes */
+static inline AVX512 __attribute__((always_inline)) __m512 activate512(__m512 v, int64_t act) {
+    if (act >= 1) v = _mm512_max_ps(v, _mm512_setzero_ps());
+    if (act == 2) v = _mm512_min_ps(v, _mm512_set1_ps(6.0f));
     return v;
 }
 
