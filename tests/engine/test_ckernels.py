@@ -203,6 +203,8 @@ def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):
     (1, 9, 30, 8, 8, (3, 3), (1, 1), (1, 1), (9, 30), 1, True, True),     # 8 columns: tiles of 12 pixels (12, 12, 6)
     (2, 10, 19, 8, 5, (3, 3), (2, 2), (1, 1), (5, 10), 2, True, False),   # 5 columns masked, a 10-pixel tile
     (1, 8, 8, 6, 8, (1, 1), (2, 2), (0, 0), (4, 4), 1, True, False),      # a strided 1x1: reads x in place, no copy
+    (1, 5, 50, 3, 48, (3, 3), (1, 1), (1, 1), (5, 50), 2, True, True),    # 10-pixel tiles; a pair, then one panel
+    (1, 3, 23, 2, 33, (1, 3), (1, 1), (0, 1), (3, 23), 1, False, True),   # 12 + 11 pixels; one column past a pair
 ])
 def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, stride, pads, out_hw, act, has_bias,
                                          has_res):
@@ -226,6 +228,8 @@ def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, strid
     (14, 14, 5, 8, 8, (2, 2), (0, 0), (7, 7)),     # 'same' at stride 2 pads after only; 7 pixels, one tile
     (6, 16, 2, 4, 6, (1, 1), (1, 1), (6, 16)),     # 6 columns per group, masked
     (8, 8, 4, 8, 16, (2, 2), (0, 0), (3, 3)),      # valid, a full panel per group: read in place
+    (5, 30, 3, 4, 24, (1, 1), (1, 1), (5, 30)),    # 24 columns per group: a panel and a masked half one together
+    (7, 9, 4, 16, 8, (2, 2), (1, 1), (4, 5)),      # groups of 8 outputs over 16 inputs, an even count of groups
 ])
 def test_leti_grouped_window_matches_per_group_convolutions(rng, threads, h, wd, groups, ci, co, stride, pads, out_hw):
     (kh, kw), (sh, sw), (pt, pl), (oh, ow) = (3, 3), stride, pads, out_hw

@@ -112,6 +112,29 @@ def test_native_head_matches_reference(rng, threads, k, n):
 
 
 @needs_program
+@pytest.mark.parametrize("split", [None, 0])
+def test_products_split_by_weight_panels_match_row_splits(rng, split):
+    """At two threads a product with more columns than rows and at least ckernels.set_weights_split floats of weights
+    splits its panels (on pairs of them) instead of its rows: 56 x 512 -> 520 (33 panels: 16 + 17) by default, and
+    with the threshold at 0 also 56 x 64 -> 368 (23 panels: 12 + 11); the outputs equal the numba steps' (which
+    split rows there) bit for bit, and the reference."""
+    c = _Chain((1, 7, 8, 512), rng)
+    c.add("conv2d", [c.w(1, 1, 512, 520, scale=0.05), c.w(520)], padding="same", activation="relu6")
+    c.add("conv2d", [c.w(1, 1, 520, 64, scale=0.05), c.w(64)], padding="same")
+    c.add("conv2d", [c.w(1, 1, 64, 368), c.w(368)], padding="same", activation="relu")
+    g = c.graph()
+    old = ckernels.set_weights_split(split)
+    try:
+        fused, single = _sessions(g, 2)
+        x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+        a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
+    finally:
+        ckernels.set_weights_split(old)
+    assert np.array_equal(a, b)
+    assert rel_err(a, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("nb", [1, 2])
 def test_one_pixel_convolutions_run_as_the_packed_gemv(rng, threads, nb):

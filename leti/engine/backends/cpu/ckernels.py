@@ -46,7 +46,7 @@ SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 #: what the build depends on: the sources and the header they share
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
-           "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512")
+           "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -131,6 +131,20 @@ def set_pair512(on: bool | None) -> bool:
     f = ctypes.CDLL(str(path)).leti_set_pair512
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
     return bool(f(-1 if on is None else int(bool(on))))
+
+
+def set_weights_split(floats: int | None) -> int:
+    """The fewest weights (floats) for which a native program's product with more columns than rows splits its
+    weight panels over the threads instead of its rows (``csrc/program.c``; default 2^18, 1 MB); ``None`` only asks.
+    Returns the value in force (0 where the library is unavailable)."""
+    import ctypes
+
+    path = library()
+    if path is None:
+        return 0
+    f = ctypes.CDLL(str(path)).leti_set_weights_split
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    return int(f(-1 if floats is None else int(floats)))
 
 
 @lru_cache(maxsize=1)

@@ -14,20 +14,26 @@ from leti.engine.backends.cpu.ckernels import sgemm as leti_sgemm
 # is a jump to address 0): build/load them now, so that no caller depends on having asked first.
 ckernels.library()
 
+#: Fewest weights (floats, 1 MB) for which a product with more columns than rows splits its weight panels over the
+#: threads rather than its rows (``csrc/program.c``, ``ckernels.set_weights_split``, has the measurements).
+WEIGHTS_SPLIT = 1 << 18
+
 
 @njit(parallel=True, cache=True)
 def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads, res, has_res):
     """``y = act(a @ B + bias [+ res])`` through LETI's own kernel (:mod:`.ckernels`): C-contiguous ``a``
     (rows × k), ``y`` and ``res`` (a residual shaped like ``y``, added before the activation when
     ``has_res``), ``bp`` the packed weights ``(panels, k, 16)``, ``bias`` padded to whole panels.
-    Rows are split over the threads in multiples of the kernel's 6; products with too few rows for
-    that (a 7×7 map's 49) split the weight panels instead, so no thread sits idle."""
+    Rows are split over the threads in multiples of the kernel's 6 where there are more rows than columns;
+    products with fewer (a 14×14 or 7×7 map's: megabytes of weights, a few hundred kilobytes of input) split the
+    weight panels instead where the weights are large (:data:`WEIGHTS_SPLIT`), on pairs of panels, so that each
+    thread reads its share of the weights rather than all of them; and so that no thread sits idle on too few rows."""
     m, k = a.shape
     n = y.shape[1]
     panels = bp.shape[0]
     b_ptr = bias.ctypes.data if has_bias else 0
     r_ptr = res.ctypes.data if has_res else 0
-    by_rows = m >= 4 * MR * threads or panels < threads
+    by_rows = panels < threads or (m >= 4 * MR * threads and (m >= n or k * n < WEIGHTS_SPLIT))
     parts = max(1, min(threads, m // MR if by_rows else panels))
     for i in prange(parts):
         if by_rows:
@@ -37,7 +43,10 @@ def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads, res, has_res):
                        b_ptr, r_ptr + r0 * n * 4 if has_res else 0, act)
         else:
             q0 = i * panels // parts
-            q1 = (i + 1) * panels // parts
+            q1 = panels if i == parts - 1 else (i + 1) * panels // parts
+            if panels >= 4 * parts:  # part boundaries on pairs of panels (the paired AVX-512 tiles)
+                q0 = (q0 + 1) // 2 * 2
+                q1 = panels if i == parts - 1 else (q1 + 1) // 2 * 2
             cols = min(n, q1 * NR) - q0 * NR
             leti_sgemm(m, cols, k, a.ctypes.data, k, bp.ctypes.data + q0 * k * NR * 4, y.ctypes.data + q0 * NR * 4, n,
                        b_ptr + q0 * NR * 4 if has_bias else 0, r_ptr + q0 * NR * 4 if has_res else 0, act)

@@ -310,22 +310,36 @@ wino_out_tiles(const int alpha, const int n, const float *m, const float *at, fl
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* Fewest weights (floats) for which a product with more columns than rows splits its panels over the threads rather
+ * than its rows (gemm.py's WEIGHTS_SPLIT): each thread then reads its share of megabytes of weights instead of all of
+ * them, while the next step, split by rows, finds half of each row in the other core's cache (cheap beside 1 MB of
+ * weights, not beside RegNetX's 0.5 MB). leti_set_weights_split changes it (a negative argument only asks). */
+static int64_t weights_split = 1 << 18;
+
+int64_t leti_set_weights_split(int64_t floats) {
+    if (floats >= 0) weights_split = floats;
+    return weights_split;
+}
+
 /* part t of T of step s */
 static void step_part(const int64_t *s, int64_t t, int64_t T) {
     switch (s[0]) {
-    case STEP_GEMM: { /* m n k a lda bp y ldy bias res act: rows split in multiples of MR, or panels for few rows */
+    case STEP_GEMM: { /* m n k a lda bp y ldy bias res act: rows split in multiples of MR, or panels (gemm.py) */
         int64_t m = s[1], n = s[2], k = s[3], lda = s[5], ldy = s[8], act = s[11];
         const float *a = F(4), *bp = F(6), *bias = F(9), *res = F(10);
         float *y = F(7);
         int64_t panels = (n + NR - 1) / NR;
-        int by_rows = m >= 4 * MR * T || panels < T;
+        int by_rows = panels < T || (m >= 4 * MR * T && (m >= n || k * n < weights_split));
         int64_t parts = MAX(1, MIN(T, by_rows ? m / MR : panels));
         if (t >= parts) return;
         if (by_rows) {
             int64_t r0 = (t * m / parts) / MR * MR, r1 = t == parts - 1 ? m : ((t + 1) * m / parts) / MR * MR;
             leti_sgemm(r1 - r0, n, k, a + r0 * lda, lda, bp, y + r0 * ldy, ldy, bias, res ? res + r0 * ldy : 0, act);
         } else {
-            int64_t q0 = t * panels / parts, q1 = (t + 1) * panels / parts, cols = MIN(n, q1 * NR) - q0 * NR;
+            int64_t even = panels >= 4 * parts; /* part boundaries on pairs of panels (the paired tiles) */
+            int64_t q0 = t * panels / parts, q1 = t == parts - 1 ? panels : (t + 1) * panels / parts;
+            if (even) q0 = (q0 + 1) / 2 * 2, q1 = t == parts - 1 ? panels : (q1 + 1) / 2 * 2;
+            int64_t cols = MIN(n, q1 * NR) - q0 * NR;
             leti_sgemm(m, cols, k, a, lda, bp + q0 * k * NR, y + q0 * NR, ldy, bias ? bias + q0 * NR : 0,
                        res ? res + q0 * NR : 0, act);
         }
