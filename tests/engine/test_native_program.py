@@ -114,10 +114,10 @@ def test_native_head_matches_reference(rng, threads, k, n):
 @needs_program
 @pytest.mark.parametrize("split", [None, 0])
 def test_products_split_by_weight_panels_match_row_splits(rng, split):
-    """At two threads a product with more columns than rows and at least ckernels.set_weights_split floats of weights
-    splits its panels (on pairs of them) instead of its rows: 56 x 512 -> 520 (33 panels: 16 + 17) by default, and
-    with the threshold at 0 also 56 x 64 -> 368 (23 panels: 12 + 11); the outputs equal the numba steps' (which
-    split rows there) bit for bit, and the reference."""
+    """At two threads a product with more columns than rows and weights as large as its input and output together
+    (ckernels.set_weights_split) splits its panels (on pairs of them) instead of its rows: 56 x 512 -> 520 (33 panels:
+    16 + 17) by default, and with the threshold at 0 also 56 x 64 -> 368 (23 panels: 12 + 11); the outputs equal the
+    numba steps' bit for bit, and the reference."""
     c = _Chain((1, 7, 8, 512), rng)
     c.add("conv2d", [c.w(1, 1, 512, 520, scale=0.05), c.w(520)], padding="same", activation="relu6")
     c.add("conv2d", [c.w(1, 1, 520, 64, scale=0.05), c.w(64)], padding="same")

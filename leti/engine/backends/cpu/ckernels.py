@@ -133,10 +133,10 @@ def set_pair512(on: bool | None) -> bool:
     return bool(f(-1 if on is None else int(bool(on))))
 
 
-def set_weights_split(floats: int | None) -> int:
-    """The fewest weights (floats) for which a native program's product with more columns than rows splits its
-    weight panels over the threads instead of its rows (``csrc/program.c``; default 2^18, 1 MB); ``None`` only asks.
-    Returns the value in force (0 where the library is unavailable)."""
+def set_weights_split(percent: int | None) -> int:
+    """How large (in percent of its input and output together) a native program's product with more columns than
+    rows must have its weights to split its weight panels over the threads instead of its rows (``csrc/program.c``;
+    default 120); ``None`` only asks. Returns the value in force (0 where the library is unavailable)."""
     import ctypes
 
     path = library()
@@ -144,7 +144,7 @@ def set_weights_split(floats: int | None) -> int:
         return 0
     f = ctypes.CDLL(str(path)).leti_set_weights_split
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return int(f(-1 if floats is None else int(floats)))
+    return int(f(-1 if percent is None else int(percent)))
 
 
 @lru_cache(maxsize=1)

@@ -14,9 +14,9 @@ from leti.engine.backends.cpu.ckernels import sgemm as leti_sgemm
 # is a jump to address 0): build/load them now, so that no caller depends on having asked first.
 ckernels.library()
 
-#: Fewest weights (floats, 1 MB) for which a product with more columns than rows splits its weight panels over the
-#: threads rather than its rows (``csrc/program.c``, ``ckernels.set_weights_split``, has the measurements).
-WEIGHTS_SPLIT = 1 << 18
+#: A product with more columns than rows splits its weight panels over the threads rather than its rows where its
+#: weights reach this percentage of its input and output together (``csrc/program.c``, ``ckernels.set_weights_split``).
+WEIGHTS_SPLIT = 120
 
 
 @njit(parallel=True, cache=True)
@@ -33,7 +33,7 @@ def gemm_leti_bias_act(a, bp, y, bias, has_bias, act, threads, res, has_res):
     panels = bp.shape[0]
     b_ptr = bias.ctypes.data if has_bias else 0
     r_ptr = res.ctypes.data if has_res else 0
-    by_rows = panels < threads or (m >= 4 * MR * threads and (m >= n or k * n < WEIGHTS_SPLIT))
+    by_rows = panels < threads or (m >= 4 * MR * threads and (m >= n or 100 * k * n < WEIGHTS_SPLIT * m * (k + n)))
     parts = max(1, min(threads, m // MR if by_rows else panels))
     for i in prange(parts):
         if by_rows:
