@@ -350,7 +350,8 @@ def main() -> None:
 
     def blend_loso():
         # the choice of transfer-ridge's blend temper, made on sources only: the loso tasks on both splits; the
-        # cross-validated errors do not depend on the temper, so each fit is scored under every temper
+        # cross-validated errors do not depend on the temper, so each fit is scored under every temper ("off" is
+        # the blend's mixture: refitted without the samples it left out, so not the default's when it left some)
         from leti.predict.metrics import score_all
         from leti.predict.transfer import make_transfer
 
@@ -370,7 +371,7 @@ def main() -> None:
                         tr, te = order[:10], order[10:]
                     m = make_transfer("transfer-ridge", blend=4.0).fit(d.cells.take(tr), d.latency_ms[tr],
                                                                        data.sources)
-                    mse, n = m.blend_var_, len(tr)
+                    mse, n = m.blend_var_, int((~m.dropped_).sum())  # the samples the blend kept
                     for t in tempers:
                         m.blend_weights_ = np.eye(len(mse))[0] if t[0] == 0 else blend_weights(mse, n, *t)
                         sp = score_all(d.latency_ms[te], m.predict(d.cells.take(te)))["spearman"]

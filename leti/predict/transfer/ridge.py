@@ -27,15 +27,19 @@ worse by more than 0.003 and the per-source centres are what a target close to o
 posterior mixture gives ``predict(..., return_std=True)``.
 
 ``blend=4`` (off by default) blends the mixture with *anchors* — two-parameter log-linear fits of the target on one
-zero-shot ranking each (the FLOPs, each source's latencies, the mean source profile) — weighted by their errors in
-cross-validation on the target samples (leave-one-out up to ten samples, ten folds above; the fit costs ~8× more),
-∝ mse^(-N / (2 · blend)) times a prior share of BLEND_PRIOR for the mixture. Where ten samples mislead the
-evidence (noisy devices and HELP's trimmed split) a line through one good zero-shot ranking is the better bet.
+zero-shot ranking each (the FLOPs and the mean source profile; before session 24 also each source's latencies) —
+weighted by their errors in cross-validation on the target samples (leave-one-out up to ten samples, ten folds
+above; the fit costs ~8× more), ∝ mse^(-N / (2 · blend)) times a prior share of BLEND_PRIOR for the mixture. Where
+ten samples mislead the evidence (noisy devices and HELP's trimmed split) a line through one good zero-shot ranking
+is the better bet.
 Measured (docs/transfer.md, ``benchmarks/bench_transfer.py --parts blendloso``): on HELP's split it lifts pixel2
 0.783 → 0.800 and raspi4 0.847 → 0.870 (5 seeds), and the leave-one-source-out tasks 0.907 → 0.917; on the
 all-cells split it costs those tasks 0.945 → 0.943 and raspi4's Acc@10 38 → 24 % (the log-linear anchors are not
 calibrated in milliseconds). So it stays an option, with T = 4 and prior 0.5 chosen on sources only (the best mean
-over the 40 tasks of both splits).
+over the 40 tasks of both splits). Session 24 (chosen the same way): the blend first leaves out up to two target samples
+whose cross-validated error under the mixture is far (> ROBUST_C robust sigmas) from the others' and refits without
+them, and it keeps only the FLOPs and mean-profile anchors (one anchor per source gave ten samples more ways to pick a
+ranking by chance) — docs/transfer.md, "Outliers left out".
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ BLEND_PRIOR = 0.5
 BLEND_FOLDS = 10
 #: fewer target samples than this: no blend (a two-parameter fit needs a few cells left out to be judged)
 BLEND_MIN = 4
+#: with the blend, a target sample whose cross-validated log error under the mixture is further than ROBUST_C robust
+#: sigmas (1.4826 · median absolute deviation, at least ROBUST_FLOOR) from the median error is left out of every fit
+#: (at most ROBUST_MAX of them, the furthest): one cell the model cannot explain (raspi4's cells that run far below
+#: their FLOPs) otherwise drags the ten-sample fit off the rest. Chosen on sources only (``--parts blendloso``)
+ROBUST_C, ROBUST_FLOOR, ROBUST_MAX = 2.5, 0.1, 2
 
 
 def blend_weights(mse: np.ndarray, n: int, temper: float, prior: float = BLEND_PRIOR) -> np.ndarray:
@@ -163,9 +172,23 @@ class TransferRidge(TransferPredictor):
 
     # ---- anchors: zero-shot rankings, judged against the mixture by cross-validation --------------------
     def _anchor_columns(self, table: CellTable, inputs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        """(N, D + 2): log FLOPs, each source's standardised log-latency, and their mean."""
+        """(N, 2): log FLOPs and the mean source profile. A predictor saved before session 24 also has one anchor
+        per source device (D + 2 columns: FLOPs, each source, the mean); it keeps them."""
         z = inputs[0]
-        return np.column_stack([np.log(np.maximum(np.asarray(table.flops, np.float64), 1.0)), z, z.mean(1)])
+        flops = np.log(np.maximum(np.asarray(table.flops, np.float64), 1.0))
+        if len(getattr(self, "anchor_coef_", ())) == z.shape[1] + 2 and z.shape[1] > 0:
+            return np.column_stack([flops, z, z.mean(1)])
+        return np.column_stack([flops, z.mean(1)])
+
+    @staticmethod
+    def _outliers(resid: np.ndarray) -> np.ndarray:
+        """Mask of the samples left out (see ROBUST_C): the furthest ROBUST_MAX at most."""
+        dev = np.abs(resid - np.median(resid))
+        scale = max(1.4826 * float(np.median(dev)), ROBUST_FLOOR)
+        far = np.flatnonzero(dev > ROBUST_C * scale)
+        out = np.zeros(len(resid), bool)
+        out[far[np.argsort(-dev[far])][:ROBUST_MAX]] = True
+        return out
 
     @staticmethod
     def _line(c: np.ndarray, ly: np.ndarray) -> np.ndarray:
@@ -193,10 +216,25 @@ class TransferRidge(TransferPredictor):
         if not (np.isfinite(temper) and temper >= 0):
             raise LetiError(f"transfer-ridge blend must be a temper >= 0 (0: no blend, 4: the tested one), got "
                             f"{self.blend!r}")
+        self.dropped_ = np.zeros(n, bool)
         if temper == 0 or n < BLEND_MIN:
             return
-        ly = np.log(y)
         cols = self._anchor_columns(table, inputs)
+        resid = self._cv_resid(inputs, cols, y)
+        drop = self._outliers(resid[:, 0])
+        if drop.any() and n - drop.sum() >= BLEND_MIN:  # refit everything without them
+            keep = ~drop
+            inputs, cols, y = tuple(x[keep] for x in inputs), cols[keep], y[keep]
+            self.y_mean_, self.models_, self.weights_ = self._fit_mixture(inputs, y)
+            resid, self.dropped_ = self._cv_resid(inputs, cols, y), drop
+        mse = np.maximum(np.mean(resid ** 2, 0), 1e-12)
+        self.blend_var_ = mse
+        self.blend_weights_ = blend_weights(mse, len(y), temper)
+        self.anchor_coef_ = np.array([self._line(cols[:, j], np.log(y)) for j in range(cols.shape[1])])
+
+    def _cv_resid(self, inputs: tuple[np.ndarray, np.ndarray], cols: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """(n, 1 + anchors) cross-validated log errors of the mixture and of each anchor's line."""
+        n, ly = len(y), np.log(y)
         folds = np.random.default_rng(0).permutation(n) % min(n, BLEND_FOLDS)
         resid = np.zeros((n, 1 + cols.shape[1]))
         for f in np.unique(folds):
@@ -208,10 +246,7 @@ class TransferRidge(TransferPredictor):
             for j in range(cols.shape[1]):
                 a, b = self._line(cols[tr, j], ly[tr])
                 resid[te, 1 + j] = ly[te] - (a + b * cols[te, j])
-        mse = np.maximum(np.mean(resid ** 2, 0), 1e-12)
-        self.blend_var_ = mse
-        self.blend_weights_ = blend_weights(mse, n, temper)
-        self.anchor_coef_ = np.array([self._line(cols[:, j], ly) for j in range(cols.shape[1])])
+        return resid
 
     def _additive_design(self, inputs: tuple[np.ndarray, np.ndarray], own: bool,
                          centre: int | None = None) -> tuple[np.ndarray, list[int]]:
