@@ -81,6 +81,39 @@ def test_leti_gemm_matches_numpy(rng, threads, rows, k, n, act, has_bias, has_re
 
 
 @needs_leti
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows, k, n", [
+    (300, 200, 40),   # two row blocks of the whole-k order (156 + 144 rows), a half panel over 12-row tiles
+    (205, 1000, 24),  # blocks of 24 rows, the last few rows joined to the block before; a half panel
+    (70, 2304, 17),   # the longest k the order takes, a one-column half panel past a whole one
+    (1000, 27, 32),   # one block holds every row
+])
+def test_whole_k_row_blocks_match_the_k_blocked_order(rng, threads, rows, k, n):
+    """The AVX2 products of more than 64 rows run k whole in blocks of rows (csrc/gemm.c, sgemm_full_k); turned off
+    (ckernels.set_full_k) they take the k-blocked order. Both must give the product with its bias, ReLU6 and
+    residual, and agree with each other to float rounding."""
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((rows, n)).astype(np.float32)
+    ref = np.clip(_ref(a, w, bias, 0) + res, 0, 6)
+    was512, was = ckernels.set_avx512(None), ckernels.set_full_k(None)
+    out = {}
+    try:
+        ckernels.set_avx512(False)
+        for on in (True, False):
+            assert ckernels.set_full_k(on) == on
+            y = np.full((rows, n), np.nan, np.float32)
+            G.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n), True, 2, threads, res, True)
+            assert rel_err(y, ref) < TOL
+            out[on] = y
+    finally:
+        ckernels.set_avx512(was512)
+        ckernels.set_full_k(was)
+    np.testing.assert_allclose(out[True], out[False], rtol=1e-4, atol=1e-4)
+
+
+@needs_leti
 def test_leti_gemm_writes_only_its_own_columns(rng):
     """The masked store of the last panel must not touch what lies past n in the output's row."""
     a = rng.standard_normal((8, 10)).astype(np.float32)

@@ -48,7 +48,8 @@ SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 #: what the build depends on: the sources and the header they share
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
-           "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split")
+           "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
+           "leti_set_full_k")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -131,6 +132,19 @@ def set_pair512(on: bool | None) -> bool:
     if path is None:
         return False
     f = ctypes.CDLL(str(path)).leti_set_pair512
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    return bool(f(-1 if on is None else int(bool(on))))
+
+
+def set_full_k(on: bool | None) -> bool:
+    """Ask for the AVX2 products' whole-k row blocks (``csrc/gemm.c``, ``sgemm_full_k``; the default, off with
+    ``LETI_GEMM_FULLK=0``) or for the k-blocked order; ``None`` only asks. Returns whether they are used."""
+    import ctypes
+
+    path = library()
+    if path is None:
+        return False
+    f = ctypes.CDLL(str(path)).leti_set_full_k
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
     return bool(f(-1 if on is None else int(bool(on))))
 
