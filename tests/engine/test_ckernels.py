@@ -257,7 +257,9 @@ def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, strid
 @needs_leti
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("h, wd, groups, ci, co, stride, pads, out_hw", [
-    (9, 27, 3, 8, 8, (1, 1), (1, 1), (9, 27), ),   # RegNet's groups of 8: 12-pixel tiles, 3 left over
+    (9, 27, 3, 8, 8, (1, 1), (1, 1), (9, 27), ),   # RegNet's groups of 8: 27 pixels in balanced tiles of 9
+    (6, 14, 4, 8, 8, (1, 1), (1, 1), (6, 14)),     # 14 pixels as 7 + 7
+    (5, 13, 3, 8, 8, (1, 1), (1, 1), (5, 13)),     # 13 pixels: a 7-pixel tile, then 6 in the six-row tiles
     (14, 14, 5, 8, 8, (2, 2), (0, 0), (7, 7)),     # 'same' at stride 2 pads after only; 7 pixels, one tile
     (6, 16, 2, 4, 6, (1, 1), (1, 1), (6, 16)),     # 6 columns per group, masked
     (8, 8, 4, 8, 16, (2, 2), (0, 0), (3, 3)),      # valid, a full panel per group: read in place
