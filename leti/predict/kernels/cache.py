@@ -15,9 +15,10 @@ of weights, alone (warm) and each time after ``FLUSH_MB`` megabytes of other dat
   kernel (its own weights plus the others': an isotonic fit from 0 to 1 of the measured ``(w + X, excess(X) /
   excess(w))``).
 
-A one-pixel kernel of ``w`` MB in a model that moves ``T`` MB per inference (every kernel's weights and the
-activations it writes) then costs ``excess(w) · (lost(T) − lost(w))`` more than alone: nothing in a model that fits
-the cache, and nothing for a kernel whose own weights overflow it (alone it already streams them). A kernel with more
+A one-pixel kernel of ``w`` MB in a model that touches ``T`` MB per inference (:func:`footprint_mb`: every
+kernel's weights and the feature maps of its largest step) then costs ``excess(w) · (lost(T) − lost(w))`` more than
+alone: nothing in a model that fits the cache, and nothing for a kernel whose own weights overflow it (alone it
+already streams them). A kernel with more
 output pixels hides part of that stream behind its own work (:meth:`CacheProfile.in_model_ms`: the two combine as
 ``(work^p + stream^p)^(1/p)``). Why it matters: on the AVX-512 engine (session 22) the work of a convolution on a 2×2 or
 4×4 map with 4-12 MB of weights shrank below the time its weights take to come from memory, and inside ResNet50 at
@@ -26,9 +27,13 @@ rule left out. Why activations
 count: the probe's flush is any data, and in a network at 128-224 pixels the feature maps written between two
 classifier runs are tens of MB, more than the weights (on the engine's zoo, counting weights only: Acc@10 94.0 %; with
 the activations written: 95.6 %; a GhostNet variant's 5 MB classifier 0.125 ms in the network against 0.054
-predicted with weights only). :meth:`CacheProfile.in_model_ms` adds it to each such kernel's prediction; the
-overhead is then fitted on top (``leti kernels build``). Devices that cannot run two models in turn in this process
-(phones) have no profile and no such term.
+predicted with weights only). Why the largest step's feature maps and not every map written (session 25): the runtime
+keeps its feature maps in one arena whose buffers steps reuse (``leti/engine/memory.py``, TFLite's arena planner), so
+an inference touches the arena's bytes, not the sum of every output: the zoo's EfficientNet-B0s write a median 36 MB
+of maps whose largest step holds 6 MB. Counting the sum put every kernel with weights of the EfficientNets (many
+element-wise swish and squeeze-excite steps) in a model that evicts everything, and over-predicted them by 11-17 %.
+:meth:`CacheProfile.in_model_ms` adds it to each such kernel's prediction; the overhead is then fitted on top (``leti
+kernels build``). Devices that cannot run two models in turn in this process (phones) have no profile and no such term.
 """
 
 from __future__ import annotations
@@ -55,6 +60,18 @@ STREAMED = ("conv2d", "dense", "grouped_conv2d")
 STREAM_P = 2.0
 
 
+def footprint_mb(rows: pd.DataFrame) -> np.ndarray:
+    """Per kernel row: the MB its model (``model`` column) touches per inference, what passes through the cache between
+    two runs of one kernel: every kernel's weights (``bytes_weights``, each read once) plus the feature maps of the
+    model's largest step (``bytes_in + bytes_out``), a lower bound of the arena the runtime's steps reuse. Maps written
+    into reused buffers touch no new memory, so the sum of every kernel's output is not the footprint."""
+    model = rows["model"].to_numpy()
+    weights = pd.Series(rows["bytes_weights"].to_numpy(np.float64)).groupby(model, sort=False).transform("sum")
+    step = rows["bytes_in"].to_numpy(np.float64) + rows["bytes_out"].to_numpy(np.float64)
+    largest = pd.Series(step).groupby(model, sort=False).transform("max")
+    return (weights.to_numpy() + largest.to_numpy()) / 1e6
+
+
 @dataclass
 class CacheProfile:
     """``excess_ms`` at ``weights_mb`` (the measured sizes), ``lost`` at ``total_mb`` (knots of the isotonic fit)."""
@@ -76,8 +93,8 @@ class CacheProfile:
 
     def in_model_ms(self, rows: pd.DataFrame, alone_ms: np.ndarray, warm_ms=None) -> np.ndarray:
         """Per kernel row: what it costs in its model (``model`` column) beyond ``alone_ms``, its time alone. A kernel
-        with weights (:data:`STREAMED`) reads them once per inference; in a model that moves T MB (its kernels' weights
-        and written activations, ``bytes_weights`` + ``bytes_out``) reading them takes ``s = warm(w) + excess(w) ·
+        with weights (:data:`STREAMED`) reads them once per inference; in a model that touches T MB
+        (:func:`footprint_mb`) reading them takes ``s = warm(w) + excess(w) ·
         (lost(T) − lost(w))``, where ``warm_ms(w)`` is what a one-pixel kernel of ``w`` MB takes alone (0 without
         it). The kernel's other work, ``c = alone − warm(w)``, overlaps that stream in part: in the model the kernel
         takes ``(c^p + s^p)^(1/p)`` (p = :data:`STREAM_P`), never less than alone. A one-pixel kernel (c ≈ 0) pays
@@ -86,8 +103,7 @@ class CacheProfile:
         w = rows["bytes_weights"].to_numpy(np.float64) / 1e6
         alone = np.asarray(alone_ms, np.float64)
         streamed = rows["kernel_type"].astype(str).isin(STREAMED).to_numpy() & (w > 0)
-        moved = rows["bytes_weights"].to_numpy(np.float64) + rows["bytes_out"].to_numpy(np.float64)
-        total = pd.Series(moved).groupby(rows["model"].to_numpy(), sort=False).transform("sum").to_numpy() / 1e6
+        total = footprint_mb(rows)
         warm = np.zeros_like(w) if warm_ms is None else np.asarray(warm_ms(w), np.float64)
         stream = warm + self.excess(w) * np.maximum(self.share_lost(total) - self.share_lost(w), 0.0)
         work = np.maximum(alone - warm, 0.0)
