@@ -338,3 +338,20 @@ def test_blend_outliers_and_legacy_anchors(nb201_frame):
     model.blend_weights_ = np.concatenate([model.blend_weights_[:2], np.zeros(d), model.blend_weights_[2:]])
     model.blend_var_ = np.concatenate([model.blend_var_[:2], np.ones(d), model.blend_var_[2:]])
     np.testing.assert_allclose(model.predict(test), before, rtol=1e-9)  # the same columns, in the old order
+
+
+def test_gentle_blend_weights():
+    """Session 25: with ten samples an anchor whose cross-validated error is no lower than the mixture's must not take
+    much weight from its prior share alone (a gold_6226 leave-one-source-out task: mixture 0.105, FLOPs line 0.110, mean
+    profile 0.205 in rmse of log; the session-24 setting, T = 4 and a prior of 0.5, gave the FLOPs line 0.29 of the
+    weight and the ranking fell 0.983 -> 0.921), while an anchor far better than the mixture still takes about three
+    times its prior share."""
+    from leti.predict.transfer.ridge import BLEND_PRIOR, BLEND_TEMPER, blend_weights
+
+    assert (BLEND_TEMPER, BLEND_PRIOR) == (8.0, 0.7)
+    w = blend_weights(np.array([0.105, 0.110, 0.205]) ** 2, 10, BLEND_TEMPER)
+    assert np.isclose(w.sum(), 1.0) and w[0] > 0.75 and w[1] < 0.17 and w[2] < 0.08, w
+    old = blend_weights(np.array([0.105, 0.110, 0.205]) ** 2, 10, 4.0, 0.5)
+    assert old[1] > 0.25  # what it replaces
+    w = blend_weights(np.array([0.40, 0.12, 0.45]) ** 2, 10, BLEND_TEMPER)
+    assert w[1] > 0.4 > 0.15 > w[2], w

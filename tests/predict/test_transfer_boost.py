@@ -42,9 +42,9 @@ def test_sources_kept_when_they_explain_the_target_and_round_trip(files, tmp_pat
     a = probe._arch(t.cells)[:, probe.add_cols_]
     cost = np.c_[np.ones(len(a)), a] @ probe.add_costs_[data.sources.devices.index("pixel2")]
     y = 3 * cost * np.exp(0.02 * np.random.default_rng(0).standard_normal(len(cost)))
-    model = make_transfer("transfer-boost", base="xgboost").fit(t.cells.take(tr), y[tr], data.sources)
+    model = make_transfer("transfer-boost", base="xgboost", average=False).fit(t.cells.take(tr), y[tr], data.sources)
     assert model.chosen_ == "sources" and model.oos_log_rmse_["sources"] < model.oos_log_rmse_["architecture"]
-    arch = make_transfer("transfer-boost", base="xgboost").fit(t.cells.take(tr), y[tr], data.sources)
+    arch = make_transfer("transfer-boost", base="xgboost", average=False).fit(t.cells.take(tr), y[tr], data.sources)
     arch.chosen_ = "architecture"
     arch.model_ = arch._booster().fit_features(arch._x(t.cells.take(tr)), y[tr])
     pred = model.predict(t.cells.take(te))
@@ -81,3 +81,31 @@ def test_cli_unknown_base_refused(files, tmp_path):
     msg = str(r.exception)
     assert r.exit_code != 0 and "\n" not in msg and "bogus" in msg
     assert not (tmp_path / "b").exists()
+
+
+def test_average_of_both_fits_round_trip(files, tmp_path):
+    """Session 25's default: the architecture-only and the with-sources fits are both kept and their log predictions
+    averaged (a calibrated base: its decision factor refitted on the average's out-of-sample predictions); the
+    prediction is the geometric mean of the two fits', and it survives saving (the second fit's trees under
+    architecture/)."""
+    data = load_transfer(files / "target.parquet", files / "sources.parquet")
+    t = data.targets[0]
+    tr, te = np.arange(300), np.arange(300, 500)
+    m = make_transfer("transfer-boost", base="xgboost").fit(t.cells.take(tr), t.latency_ms[tr], data.sources)
+    assert m.chosen_ == "average" and m.arch_model_ is not None and m.offset_ == 0.0  # plain xgboost: no factor
+    assert set(m.oos_log_rmse_) == {"sources", "architecture", "average"}
+    assert m.oos_log_rmse_["average"] <= max(m.oos_log_rmse_["sources"], m.oos_log_rmse_["architecture"])
+    cells = t.cells.take(te)
+    ps, pa = m.model_.predict_features(m._x(cells, True)), m.arch_model_.predict_features(m._x(cells, False))
+    pred = m.predict(cells)
+    np.testing.assert_allclose(pred, np.sqrt(ps * pa), rtol=1e-5)
+    assert not np.allclose(ps, pa, rtol=1e-3)
+    folder = m.save(tmp_path / "avg")
+    assert (folder / "architecture").is_dir()
+    np.testing.assert_allclose(load_predictor(folder).predict(cells), pred, rtol=1e-6)
+    cal = make_transfer("transfer-boost", base="catboost-bag-cal").fit(t.cells.take(tr), t.latency_ms[tr], data.sources)
+    mean, std = cal.predict(cells, return_std=True)
+    assert cal.chosen_ == "average" and abs(cal.offset_) <= 0.25
+    np.testing.assert_allclose(mean, np.exp(cal._log_members(cells).mean(axis=0) + cal.offset_), rtol=1e-6)
+    assert (std > 0).all() and np.isfinite(mean).all()
+    np.testing.assert_allclose(load_predictor(cal.save(tmp_path / "cal")).predict(cells), mean, rtol=1e-6)
