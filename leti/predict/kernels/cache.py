@@ -32,7 +32,10 @@ keeps its feature maps in one arena whose buffers steps reuse (``leti/engine/mem
 an inference touches the arena's bytes, not the sum of every output: the zoo's EfficientNet-B0s write a median 36 MB
 of maps whose largest step holds 6 MB. Counting the sum put every kernel with weights of the EfficientNets (many
 element-wise swish and squeeze-excite steps) in a model that evicts everything, and over-predicted them by 11-17 %.
-:meth:`CacheProfile.in_model_ms` adds it to each such kernel's prediction; the overhead is then fitted on top (``leti
+Why the weights as the runtime holds them (session 26): LETI's engine multiplies a Winograd convolution by its
+transformed filters (α²/k² the filter's bytes, 4× for a 3×3 filter at F(4×4)) and every product by packed panels
+(:mod:`.resident`); those are the bytes a kernel reads and a model pushes through the cache (engine zoo's dev split:
+Acc@5 61.3 → 62.5 %, Acc@10 unchanged). :meth:`CacheProfile.in_model_ms` adds it to each such kernel's prediction; the overhead is then fitted on top (``leti
 kernels build``). Devices that cannot run two models in turn in this process (phones) have no profile and no such term.
 """
 
@@ -42,6 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from leti.predict.kernels.resident import resident_weight_bytes
 
 #: weights (MB) of the one-pixel kernels timed warm and cold
 TARGET_MB = (1.0, 2.0, 4.0, 8.0)
@@ -62,11 +67,13 @@ STREAM_P = 2.0
 
 def footprint_mb(rows: pd.DataFrame) -> np.ndarray:
     """Per kernel row: the MB its model (``model`` column) touches per inference, what passes through the cache between
-    two runs of one kernel: every kernel's weights (``bytes_weights``, each read once) plus the feature maps of the
-    model's largest step (``bytes_in + bytes_out``), a lower bound of the arena the runtime's steps reuse. Maps written
-    into reused buffers touch no new memory, so the sum of every kernel's output is not the footprint."""
+    two runs of one kernel: every kernel's weights as the runtime reads them (:func:`.resident.resident_weight_bytes`:
+    on LETI's engine Winograd's transformed filters and packed panels, else ``bytes_weights``; each read once) plus
+    the feature maps of the model's largest step (``bytes_in + bytes_out``), a lower bound of the arena the runtime's
+    steps reuse. Maps written into reused buffers touch no new memory, so the sum of every kernel's output is not the
+    footprint."""
     model = rows["model"].to_numpy()
-    weights = pd.Series(rows["bytes_weights"].to_numpy(np.float64)).groupby(model, sort=False).transform("sum")
+    weights = pd.Series(resident_weight_bytes(rows)).groupby(model, sort=False).transform("sum")
     step = rows["bytes_in"].to_numpy(np.float64) + rows["bytes_out"].to_numpy(np.float64)
     largest = pd.Series(step).groupby(model, sort=False).transform("max")
     return (weights.to_numpy() + largest.to_numpy()) / 1e6
@@ -93,14 +100,15 @@ class CacheProfile:
 
     def in_model_ms(self, rows: pd.DataFrame, alone_ms: np.ndarray, warm_ms=None) -> np.ndarray:
         """Per kernel row: what it costs in its model (``model`` column) beyond ``alone_ms``, its time alone. A kernel
-        with weights (:data:`STREAMED`) reads them once per inference; in a model that touches T MB
+        with weights (:data:`STREAMED`) reads them once per inference, ``w`` MB as the runtime holds them
+        (:func:`.resident.resident_weight_bytes`); in a model that touches T MB
         (:func:`footprint_mb`) reading them takes ``s = warm(w) + excess(w) ·
         (lost(T) − lost(w))``, where ``warm_ms(w)`` is what a one-pixel kernel of ``w`` MB takes alone (0 without
         it). The kernel's other work, ``c = alone − warm(w)``, overlaps that stream in part: in the model the kernel
         takes ``(c^p + s^p)^(1/p)`` (p = :data:`STREAM_P`), never less than alone. A one-pixel kernel (c ≈ 0) pays
         the whole excess; a kernel whose work dwarfs its weights pays next to nothing; nothing changes in a model
         the cache holds (``s = warm``)."""
-        w = rows["bytes_weights"].to_numpy(np.float64) / 1e6
+        w = resident_weight_bytes(rows) / 1e6
         alone = np.asarray(alone_ms, np.float64)
         streamed = rows["kernel_type"].astype(str).isin(STREAMED).to_numpy() & (w > 0)
         total = footprint_mb(rows)

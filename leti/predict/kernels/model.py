@@ -18,6 +18,7 @@ from leti.errors import CorruptModelError, DatasetError, LetiError
 from leti.predict.kernels.cache import CacheProfile
 from leti.predict.kernels.overhead import Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
+from leti.predict.kernels.resident import stepped_ms
 from leti.predict.kernels.schema import check_latency
 from leti.predict.kernels.split import FusionRules, rules_for
 
@@ -44,7 +45,8 @@ class ModelLatency:
     kernels: pd.DataFrame
 
     def to_dict(self) -> dict:
-        keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms", "cold_ms") if c in self.kernels]
+        keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms", "cold_ms", "stepped_ms")
+                if c in self.kernels]
         return {"model": self.model, "latency_ms": self.latency_ms, "std_ms": self.std_ms, "low_ms": self.low_ms,
                 "high_ms": self.high_ms, "kernel_sum_ms": self.kernel_sum_ms, "overhead_ms": self.overhead_ms,
                 "kernels": self.kernels[keep].to_dict(orient="records")}
@@ -93,11 +95,15 @@ class KernelLatencyPredictor:
     def in_model(self, rows: pd.DataFrame) -> pd.DataFrame:
         """Predicted kernel rows as parts of their models: ``predicted_ms`` plus ``cold_ms``, what the device's
         cache profile says a kernel pays for weights its model has pushed out of the cache
-        (:meth:`~leti.predict.kernels.cache.CacheProfile.in_model_ms`)."""
-        if self.cache is None:
+        (:meth:`~leti.predict.kernels.cache.CacheProfile.in_model_ms`), plus ``stepped_ms``, what a kernel LETI's
+        engine runs outside its native program costs between two programs (:func:`~.resident.stepped_ms`; 0 on
+        other runtimes)."""
+        step = stepped_ms(rows)
+        if self.cache is None and not step.any():
             return rows
-        cold = self.cache.in_model_ms(rows, rows["predicted_ms"].to_numpy(np.float64), self.warm_ms)
-        return rows.assign(predicted_ms=rows["predicted_ms"].to_numpy(np.float64) + cold, cold_ms=cold)
+        ms = rows["predicted_ms"].to_numpy(np.float64)
+        cold = np.zeros(len(rows)) if self.cache is None else self.cache.in_model_ms(rows, ms, self.warm_ms)
+        return rows.assign(predicted_ms=ms + cold + step, cold_ms=cold, stepped_ms=step)
 
     def warm_ms(self, weights_mb: np.ndarray) -> np.ndarray:
         """What reading ``weights_mb`` MB of weights from the cache takes: this predictor's one-pixel fully connected
