@@ -153,3 +153,38 @@ def test_an_engine_predictor_saved_before_the_group_tiles_still_reads_its_featur
     np.testing.assert_array_equal(old[:, :20], new[:, :20])
     with pytest.raises(CorruptModelError):
         check_names(("log_flops", "log_flops_tile6x16"))
+
+
+def test_the_cold_cost_of_evicted_weights_gets_its_own_scale_from_the_networks():
+    """The cache profile's cost (``cold_ms`` per kernel) enters the overhead as a term of its own: networks that pay
+    half of it are fitted with half of it, not with a scale on the whole sum; without any cold cost nothing changes."""
+    from leti.predict.kernels.overhead import COLD
+
+    rng = np.random.default_rng(0)
+    rows, alone, cold = [], [], []
+    for m in range(30):
+        for k in range(4):
+            rows.append(_weighted(f"n{m}", 0.5 + k))
+            alone.append(rng.uniform(0.1, 1.0))
+            cold.append(rng.uniform(0.0, 1.5) if m % 2 else 0.0)  # half the networks evict their weights
+    table = normalize(pd.DataFrame(rows), "t").assign(kernel_type=["conv2d", "dense"] * 60, cold_ms=cold)
+    ms = np.array(alone) + np.array(cold)
+    agg = model_aggregates(table, ms)
+    assert agg[COLD].to_numpy() == pytest.approx(pd.Series(cold).groupby(table.model).sum().loc[agg.index])
+    assert agg["cold:conv2d"].sum() + agg["cold:dense"].sum() == pytest.approx(sum(cold))
+    y = (pd.Series(alone).groupby(table.model).sum().loc[agg.index] + 0.5 * agg[COLD]).to_numpy()
+    for per_type in (False, True):
+        oh = Overhead().fit(agg, y, per_type=per_type)
+        assert COLD in oh.terms and oh.coef[oh.terms.index(COLD)] == pytest.approx(0.5, abs=0.02)
+        assert oh.predict(agg) == pytest.approx(y, rel=0.02)
+    # the whole sum scaled instead cannot fit both halves: the old form errs by 10 % and more on the evicting ones
+    old = Overhead(["sum_ms", "one"], Overhead._nnls(Overhead._design(agg, ["sum_ms", "one"]), y).tolist())
+    assert np.max(np.abs(old.predict(agg) / y - 1)) > 0.1
+    # a predictor saved before the term reads the cold cost inside the sum, as it was fitted
+    assert Overhead(["sum_ms"], [1.0]).predict(agg) == pytest.approx(agg["sum_ms"].to_numpy())
+    # no cold cost anywhere (no cache profile): the options and the fit as before
+    plain = model_aggregates(table.drop(columns=[COLD]), np.array(alone))
+    zero = model_aggregates(table.assign(cold_ms=0.0), np.array(alone))
+    y0 = plain["sum_ms"].to_numpy() * 1.05 + 0.01
+    a, b = Overhead().fit(plain, y0), Overhead().fit(zero, y0)
+    assert COLD not in a.terms and a.terms == b.terms and a.coef == pytest.approx(b.coef)
