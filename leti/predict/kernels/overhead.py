@@ -114,9 +114,9 @@ ADDED = "kernels"
 #: the cache profile's cost of the weights a model evicted (the kernels' ``cold_ms``), a term of its own wherever a
 #: model has one: the profile times a one-kernel model after a flush, and how much of that excess a kernel pays inside
 #: a network the networks tell. Why (session 26, LETI's engine on a Zen 5): with the cost inside the kernels' sum the
-#: networks over 32 MB of weights were over-predicted by 10-45 % where the profile put their cost at 0.3-1.6× the
+#: networks over 32 MB of weights were over-predicted by 7-45 % where the profile put their cost at 0.3-1.6× the
 #: kernels alone; fitted apart, the 98 networks under 32 MB take 0.52× the profile's cost, all 120 0.49×, and the
-#: engine zoo's dev split went 93.8 → 97.5 % Acc@10 (ResNet50's +16 % over-prediction gone)
+#: engine zoo's dev split went 93.8 → 97.5 % Acc@10 (ResNet50 at 64 pixels +17 → +4.5 %)
 COLD = "cold_ms"
 #: weights pulling per-type scales towards the common scale (as many models' worth of relative error),
 #: strongest (simplest) first, as the one-standard-error rule wants them ordered
