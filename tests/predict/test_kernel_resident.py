@@ -1,6 +1,6 @@
-"""What LETI's engine holds and runs per kernel beyond the model's tensors (leti/predict/kernels/resident.py): Winograd's
-transformed filters and packed panels as the weights a kernel reads, steps outside the native program; applied by the
-cache term and the predictor on the engine's rows only."""
+"""What LETI's engine holds and runs per kernel beyond the model's tensors (leti/predict/kernels/resident.py):
+Winograd's transformed filters and packed panels as the weights a kernel reads, steps outside the native program;
+applied by the cache term and the predictor on the engine's rows only."""
 
 import numpy as np
 import pandas as pd

@@ -35,8 +35,9 @@ element-wise swish and squeeze-excite steps) in a model that evicts everything, 
 Why the weights as the runtime holds them (session 26): LETI's engine multiplies a Winograd convolution by its
 transformed filters (α²/k² the filter's bytes, 4× for a 3×3 filter at F(4×4)) and every product by packed panels
 (:mod:`.resident`); those are the bytes a kernel reads and a model pushes through the cache (engine zoo's dev split:
-Acc@5 61.3 → 62.5 %, Acc@10 unchanged). :meth:`CacheProfile.in_model_ms` adds it to each such kernel's prediction; the overhead is then fitted on top (``leti
-kernels build``). Devices that cannot run two models in turn in this process (phones) have no profile and no such term.
+Acc@5 61.3 → 63.7 %, Acc@10 unchanged). :meth:`CacheProfile.in_model_ms` adds it to each such kernel's prediction;
+the overhead, fitted on top (``leti kernels build``), gives that cost a scale of its own (``overhead.COLD``). Devices
+that cannot run two models in turn in this process (phones) have no profile and no such term.
 """
 
 from __future__ import annotations

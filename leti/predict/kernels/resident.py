@@ -10,8 +10,9 @@ runs a convolution with weights it transformed at pre-inference (``leti/engine/b
   output channels (``ckernels.pack``), the last one zero-padded.
 
 Those are the bytes that pass through the cache each inference and that a model evicts between two runs of the
-kernel, so the cache term (:mod:`.cache`) counts them (:func:`resident_weight_bytes`). Session 26 on the engine
-zoo's dev split: the Winograd-heavy ResNet-basic variants' footprint grows by 1.5-2.5× with them.
+kernel, so the cache term (:mod:`.cache`) counts them (:func:`resident_weight_bytes`). On the engine zoo's dev split
+(session 26) they are 1.15-2.4× the model file's weights in the ResNet-basic variants, up to 2.1× in NB101 networks,
+1.34× in DenseNet and within 5 % elsewhere.
 
 And a Winograd convolution with α > 8 (:func:`stepped`: a 7×7 window at F(4×4), α = 10) is a step the engine cannot
 describe as records of its native program (``conv.py`` takes α ≤ 8): it runs in numba between two programs
