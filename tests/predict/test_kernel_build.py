@@ -93,6 +93,21 @@ def test_sampler_follows_the_real_networks():
     assert len({(c.input_h, c.input_c, c.groups) for c in shuffles}) > 30
 
 
+def test_first_round_interleaves_the_types():
+    """A budget that runs out inside the first round must leave every type some kernels: the initial plan takes the
+    types in turn, not all of one type first."""
+    from leti.predict.kernels.build import _plan_initial
+    from leti.predict.kernels.sampler import KernelSampler
+
+    s = KernelSampler()
+    types = ["conv2d", "hard_swish", "dense"]
+    plan = _plan_initial(s, types, s.type_weights(), 12, np.random.default_rng(3))
+    kinds = [item[2] for item in plan]
+    assert [kinds.count(t) for t in types][0] > kinds.count("hard_swish") >= 4  # conv2d weighs most
+    assert set(kinds[:3]) == set(types) and set(kinds[3:6]) == set(types)
+    assert len({item[0] for item in plan}) == len(plan)
+
+
 def test_detection_on_one_pair_and_a_graph_fusion():
     from leti.device.local import LocalDevice
     from leti.predict.kernels.detect import detect_fusion

@@ -122,12 +122,14 @@ def _items(configs: list[KernelConfig], origin: str) -> list[tuple[str, str, str
 
 
 def _plan_initial(sampler, types: list[str], weights: dict[str, float], per_type: int, rng) -> list:
+    """The first round's kernels, the types interleaved (:func:`interleave`): a budget that runs out in the first
+    round still leaves every type some kernels."""
     total = per_type * len(types)
-    items = []
+    groups = []
     for t in types:
         n = max(4, int(round(total * weights.get(t, 0.0))), per_type // 2)
-        items += _items(sampler.draw(t, n, rng), "initial")
-    return items
+        groups.append(_items(sampler.draw(t, n, rng), "initial"))
+    return interleave(groups)
 
 
 def _plan_adaptive(store: BuildStore, sampler, types: list[str], weights: dict[str, float], cv: dict,
