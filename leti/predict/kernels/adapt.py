@@ -133,7 +133,7 @@ class AdaptedKernels:
 
     @classmethod
     def from_state(cls, state: dict, folder: Path) -> AdaptedKernels:
-        self = cls(KernelRegressors.from_state(state["base"], folder / "base"), str(state.get("source_device", "")))
+        self = cls(regressors_from_state(state["base"], folder / "base"), str(state.get("source_device", "")))
         self.types_ = [str(t) for t in state["types"]]
         self.stand_in_ = {str(k): str(v) for k, v in state["stand_in"].items()}
         self.centre_ = {str(k): float(v) for k, v in state["centre"].items()}
@@ -148,7 +148,8 @@ class AdaptedKernels:
 
 
 def regressors_from_state(state: dict, folder: Path):
-    """:class:`KernelRegressors` or :class:`AdaptedKernels`, whichever the manifest's ``kernels`` holds."""
+    """:class:`KernelRegressors` or :class:`AdaptedKernels`, whichever the manifest's ``kernels`` holds (an adapted
+    predictor's base may itself be adapted: a device reached by transfer is a source too)."""
     if state.get("kind") == KIND:
         return AdaptedKernels.from_state(state, folder)
     return KernelRegressors.from_state(state, folder)
