@@ -210,7 +210,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--zoo", type=Path, required=True, help="folder of the zoo's model files")
     ap.add_argument("--work", type=Path, required=True, help="cache: store copies, refitted predictors, zoo splits")
-    ap.add_argument("--minutes", default="2,5,10,20", help="target measurement budgets (minutes)")
+    ap.add_argument("--minutes", default="0.5,1,2,5,10,20", help="target measurement budgets (minutes)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--directions", default="local:engine,engine:local", help="SOURCE:TARGET pairs")
     ap.add_argument("--out", type=Path, default=None, help="text file of the log and the table")
