@@ -115,11 +115,19 @@ def test_transfer_build_on_the_local_device(sampler, tmp_path, capsys, warm_tf):
     err_mine = np.median(np.abs(np.log(mine / table.latency_ms)))
     err_theirs = np.median(np.abs(np.log(theirs / table.latency_ms)))
     assert err_mine < err_theirs, (err_mine, err_theirs)
-    # rerun with the same budget: nothing more measured, the same predictor saved again
+    # continued with a larger budget: what was measured is kept as it was, more kernels are measured, and the build's
+    # wall time (kept in the store across runs) stays within the new budget
     before = _items(out / "kernels.sqlite")
-    code, stdout, err = run_leti(capsys, *args)
+    more = [a if a != "0.5" else "0.7" for a in args]
+    code, stdout, err = run_leti(capsys, *more)
     assert code == 0, err
-    assert _items(out / "kernels.sqlite") == before
+    after = _items(out / "kernels.sqlite")
+    ok = lambda items: {k: v for k, v in items.items() if v[1] == "ok"}  # noqa: E731
+    assert ok(after).items() >= ok(before).items() and len(ok(after)) > len(ok(before))
+    with sqlite3.connect(out / "kernels.sqlite") as c:
+        spent = json.loads(c.execute("SELECT value FROM meta WHERE key='spent_s'").fetchone()[0])
+    assert 0.5 * 60 < spent < 0.7 * 60 + 15
+    before = after
     # a scratch build on the folder, or a transfer from another source: refused, nothing touched
     code, _, err = run_leti(capsys, "kernels", "build", "--device", "local", "--budget-minutes", "1", "--out", out)
     assert code == 1 and err.strip().splitlines() == [
@@ -127,7 +135,7 @@ def test_transfer_build_on_the_local_device(sampler, tmp_path, capsys, warm_tf):
         "to continue it, or use another --out"]
     other = _source(sampler, ["relu"], device="phone-b")
     other.save(tmp_path / "other")
-    code, _, err = run_leti(capsys, *[a if a != tmp_path / "src" else tmp_path / "other" for a in args])
+    code, _, err = run_leti(capsys, *[a if a != tmp_path / "src" else tmp_path / "other" for a in more])
     assert code == 1 and len(err.strip().splitlines()) == 1 and "transfer_from" in err
     assert _items(out / "kernels.sqlite") == before
 
