@@ -40,10 +40,10 @@ def build_cmd(
                                     "none with --transfer-from)."),
     networks: Optional[int] = typer.Option(None, "--networks", help="Random whole networks timed end to end; with "
                                            "20 or more the overhead (per kernel type) is fitted on them, with fewer "
-                                           "a transfer scales the source's [default: 60; 8 with --transfer-from]"),
+                                           "a transfer scales the source's (default 60; 8 with --transfer-from)."),
     detect: Optional[bool] = typer.Option(None, "--detect/--no-detect", help="Measure the fusion rules first (else: "
-                                          "the runtime's rules known a priori, or the source's) [default: detect; "
-                                          "not with --transfer-from]"),
+                                          "the runtime's rules known a priori, or the source's; default: detect, "
+                                          "but not with --transfer-from)."),
     cache_probe: bool = typer.Option(True, "--cache-probe/--no-cache-probe", help="Measure what one-pixel kernels' "
                                      "weights cost once a network has pushed them out of the cache (a few seconds)."),
     transfer_from: Optional[Path] = typer.Option(None, "--transfer-from", help="Another device's kernel predictor "
