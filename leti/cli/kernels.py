@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -35,17 +36,26 @@ def build_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the sampler."),
     threads: int = typer.Option(1, "--threads", help="Threads the device runs a model with."),
     types: str = typer.Option("", "--types", help="Comma list of kernel types to sample (default: all)."),
-    calibration: int = typer.Option(40, "--calibration", help="Multi-kernel calibration models (the overhead)."),
-    networks: int = typer.Option(60, "--networks", help="Random whole networks timed end to end; with 20 or "
-                                 "more the overhead (per kernel type) is fitted on them."),
-    detect: bool = typer.Option(True, "--detect/--no-detect", help="Measure the fusion rules first (else: the "
-                                "runtime's rules known a priori)."),
+    calibration: int = typer.Option(40, "--calibration", help="Multi-kernel calibration models (the overhead; "
+                                    "none with --transfer-from)."),
+    networks: Optional[int] = typer.Option(None, "--networks", help="Random whole networks timed end to end; with "
+                                           "20 or more the overhead (per kernel type) is fitted on them, with fewer "
+                                           "a transfer scales the source's (default 60; 8 with --transfer-from)."),
+    detect: Optional[bool] = typer.Option(None, "--detect/--no-detect", help="Measure the fusion rules first (else: "
+                                          "the runtime's rules known a priori, or the source's; default: detect, "
+                                          "but not with --transfer-from)."),
     cache_probe: bool = typer.Option(True, "--cache-probe/--no-cache-probe", help="Measure what one-pixel kernels' "
                                      "weights cost once a network has pushed them out of the cache (a few seconds)."),
+    transfer_from: Optional[Path] = typer.Option(None, "--transfer-from", help="Another device's kernel predictor "
+                                                 "to adapt (kernel-level transfer): a few minutes of kernels, chosen "
+                                                 "to correct its regressors per type, instead of an hour."),
 ) -> None:
-    """Measure kernels of the device within a budget (adaptive sampling) and save its kernel predictor.
+    """Measure kernels of the device within a budget (adaptive sampling) and save its kernel predictor; with
+    --transfer-from, adapt another device's kernel predictor to a few kernels measured here.
 
     Example: leti kernels build --device local --budget-minutes 60 --out kp/
+
+    Example: leti kernels build --device engine --transfer-from kp/ --budget-minutes 5 --out kp_engine/
     """
     from leti.cli import output_folder
     from leti.cli.progress import progress
@@ -53,10 +63,15 @@ def build_cmd(
 
     if not budget_minutes > 0:
         raise LetiError(f"--budget-minutes must be above 0, got {budget_minutes:g}")
-    if seed < 0 or calibration < 0 or networks < 0:
+    if seed < 0 or calibration < 0 or (networks or 0) < 0:
         raise LetiError("--seed, --calibration and --networks must be zero or positive whole numbers")
     check_out(out)
     dev = _open(device, threads)
+    if transfer_from is not None:  # a source that cannot be adapted is refused before anything is written
+        from leti.predict.kernels.bench import runtime_of
+        from leti.predict.kernels.build_transfer import load_source
+
+        load_source(transfer_from, dev.id, runtime_of(dev))
     output_folder(out)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     kinds = [t.strip() for t in types.split(",") if t.strip()] or None
@@ -70,9 +85,17 @@ def build_cmd(
         bar.update(task, completed=min(int(spent), int(budget)), description=f"{what[:40]:40s}")
 
     try:
-        report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
-                                        n_calibration=calibration, n_networks=networks, detect=detect,
-                                        cache_probe=cache_probe, notify=notify)
+        if transfer_from is not None:
+            from leti.predict.kernels.build_transfer import TRANSFER_NETWORKS, build_transfer_predictor
+
+            report = build_transfer_predictor(dev, out, budget_minutes, transfer_from, seed=seed, threads=threads,
+                                              kernel_types=kinds, n_networks=TRANSFER_NETWORKS if networks is None
+                                              else networks, detect=bool(detect), cache_probe=cache_probe,
+                                              notify=notify)
+        else:
+            report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
+                                            n_calibration=calibration, n_networks=60 if networks is None else networks,
+                                            detect=detect is not False, cache_probe=cache_probe, notify=notify)
     finally:
         bar.stop()
     for note in report.notes:

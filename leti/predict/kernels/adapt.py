@@ -78,7 +78,7 @@ class AdaptedKernels:
         return np.column_stack([np.ones(len(types)), d, onehot, slopes])
 
     def fit(self, table: pd.DataFrame) -> AdaptedKernels:
-        from leti.predict.transfer.bayes import fit_evidence
+        from leti.predict.transfer.bayes import fit_evidence, fit_evidence_primal
 
         types = table["kernel_type"].astype(str).to_numpy()
         if len(types) < 3:
@@ -97,7 +97,9 @@ class AdaptedKernels:
         self.f_mean_, self.f_std_ = f.mean(0), np.maximum(f.std(0), 1e-6)
         x = self._design(table, types, la)
         r = np.log(table["latency_ms"].to_numpy(np.float64)) - la
-        m = fit_evidence(x, r, [k, k * (1 + len(_BASE_IDX))], broad=2 + len(_BASE_IDX))
+        # the same evidence in weight space when there are more kernels than columns (a transfer build's thousands)
+        fit = fit_evidence_primal if len(r) > x.shape[1] else fit_evidence
+        m = fit(x, r, [k, k * (1 + len(_BASE_IDX))], broad=2 + len(_BASE_IDX))
         self.coef_, self.cov_, self.noise_ = m["coef"], m["cov"], float(m["noise"])
         return self
 
@@ -133,7 +135,7 @@ class AdaptedKernels:
 
     @classmethod
     def from_state(cls, state: dict, folder: Path) -> AdaptedKernels:
-        self = cls(KernelRegressors.from_state(state["base"], folder / "base"), str(state.get("source_device", "")))
+        self = cls(regressors_from_state(state["base"], folder / "base"), str(state.get("source_device", "")))
         self.types_ = [str(t) for t in state["types"]]
         self.stand_in_ = {str(k): str(v) for k, v in state["stand_in"].items()}
         self.centre_ = {str(k): float(v) for k, v in state["centre"].items()}
@@ -148,7 +150,8 @@ class AdaptedKernels:
 
 
 def regressors_from_state(state: dict, folder: Path):
-    """:class:`KernelRegressors` or :class:`AdaptedKernels`, whichever the manifest's ``kernels`` holds."""
+    """:class:`KernelRegressors` or :class:`AdaptedKernels`, whichever the manifest's ``kernels`` holds (an adapted
+    predictor's base may itself be adapted: a device reached by transfer is a source too)."""
     if state.get("kind") == KIND:
         return AdaptedKernels.from_state(state, folder)
     return KernelRegressors.from_state(state, folder)

@@ -68,3 +68,42 @@ def adapt_kernel_predictor(source: KernelLatencyPredictor, table: pd.DataFrame, 
     pred = KernelLatencyPredictor(reg, overhead, ident["device"], ident["runtime"], ident["precision"], source.rules)
     pred.overhead_note = note
     return pred
+
+
+def networks_overhead(predictor: KernelLatencyPredictor, base: Overhead, nets: pd.DataFrame | None,
+                      net_kernels: pd.DataFrame | None) -> tuple[Overhead, str]:
+    """The overhead of ``predictor`` from timed whole networks (``nets``: ``model, latency_ms``; ``net_kernels``
+    their kernel rows), those of at most :data:`~leti.predict.kernels.build_fit.MAX_NETWORK_WEIGHTS_MB` of weights
+    (as a scratch build takes them): fitted afresh with per-type scales from
+    :data:`~leti.predict.kernels.build_fit.MIN_NETWORKS` of them, else ``base`` scaled by :func:`overhead_scale`
+    (``base`` empty: latency = sum of kernels, scaled), else ``base`` as is; and a note saying which."""
+    from leti.predict.kernels.build_fit import MAX_NETWORK_WEIGHTS_MB, MIN_NETWORKS
+
+    if nets is None or nets.empty or net_kernels is None or net_kernels.empty:
+        return base, "overhead: the source's as is (no network timed)"
+    weights = net_kernels.groupby("model").bytes_weights.sum() / 1e6
+    kept = nets[nets.model.map(weights).fillna(0.0).to_numpy() <= MAX_NETWORK_WEIGHTS_MB]
+    if kept.empty:
+        return base, f"overhead: the source's as is (the {len(nets)} networks timed hold over {MAX_NETWORK_WEIGHTS_MB:g} MB)"
+    rows = predictor.in_model(predictor.predict_kernels(net_kernels[net_kernels.model.isin(kept.model)],
+                                                        allow_unknown=True, where="calibration networks"))
+    agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
+    agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
+    y = kept.set_index("model").latency_ms.loc[agg.index].to_numpy(np.float64)
+    if len(kept) >= MIN_NETWORKS:
+        fitted = Overhead().fit(agg, y, per_type=True)
+        return fitted, f"overhead fitted on {len(kept)} networks: {' + '.join(fitted.terms)}"
+    r = overhead_scale(Overhead(*((base.terms, base.coef) if base.coef else (["sum_ms"], [1.0]))), agg, y)[0]
+    return scaled_overhead(base, agg, y), f"overhead: the source's scaled by {r:.3f} ({len(kept)} networks timed)"
+
+
+def adapt_to_build(source: KernelLatencyPredictor, table: pd.DataFrame, device: str, runtime: str, rules,
+                   cache=None, nets: pd.DataFrame | None = None,
+                   net_kernels: pd.DataFrame | None = None) -> KernelLatencyPredictor:
+    """``source``'s regressors adapted to the single-kernel ``table`` a transfer build measured on ``device``
+    (:class:`AdaptedKernels`), with the build's fusion ``rules`` and cache profile, and the overhead of
+    :func:`networks_overhead` on the networks it timed (``overhead_note`` says which)."""
+    reg = AdaptedKernels(source.regressors, source.device).fit(table)
+    pred = KernelLatencyPredictor(reg, source.overhead, device, runtime, source.precision, rules, cache)
+    pred.overhead, pred.overhead_note = networks_overhead(pred, source.overhead, nets, net_kernels)
+    return pred

@@ -214,6 +214,9 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
     out.mkdir(parents=True, exist_ok=True)
     with BuildStore(out / DB) as store, dev:
         runtime = runtime_of(dev)
+        if (store.get("identity") or {}).get("transfer_from"):
+            raise LetiError(f"{out} holds a transfer build (leti kernels build --transfer-from); rerun it with its "
+                            "--transfer-from to continue it, or use another --out")
         store.bind(device=dev.id, runtime=runtime, threads=threads, seed=seed, kernel_types=types)
         clock = _Clock(store, budget_minutes * 60.0)
         tick = lambda msg: notify(clock.spent, clock.budget_s, msg)  # noqa: E731
@@ -331,8 +334,10 @@ def _save(out: Path, predictor, table: pd.DataFrame, cal: pd.DataFrame, cal_kern
 
     with tempfile.TemporaryDirectory(prefix=".predictor-", dir=out) as tmp:
         predictor.save(Path(tmp) / "p")
-        shutil.rmtree(out / "types", ignore_errors=True)
-        shutil.move(str(Path(tmp) / "p" / "types"), str(out / "types"))
+        for part in ("types", "base"):  # the regressors' files (``base``: a transfer build's source regressors)
+            shutil.rmtree(out / part, ignore_errors=True)
+            if (Path(tmp) / "p" / part).exists():
+                shutil.move(str(Path(tmp) / "p" / part), str(out / part))
         table.to_parquet(out / "kernels.parquet", index=False)
         cal.to_parquet(out / "calibration.parquet", index=False)
         if len(cal_kernels):
