@@ -135,6 +135,31 @@ def test_products_split_by_weight_panels_match_row_splits(rng, split):
 
 
 @needs_program
+@pytest.mark.parametrize("nb", [1, 2])
+def test_grouped_windows_split_by_rows_and_groups_match_row_splits(rng, nb):
+    """At two threads a grouped window splits its rows x groups over the threads (csrc/gemm.c leti_conv_window_units;
+    ckernels.set_window_units): a 7x7 map of 5 groups (35 units: 17 + 18, the split inside row 3) and a stride-2 one of
+    3 rows; the outputs equal the row split's and the numba steps' bit for bit, and the reference."""
+    c = _Chain((nb, 7, 7, 40), rng)
+    c.add("grouped_conv2d", [c.w(3, 3, 8, 40), c.w(40)], strides=[1, 1], padding="same", groups=5, activation="relu")
+    c.add("grouped_conv2d", [c.w(3, 3, 8, 20, scale=0.2), c.w(20)], strides=[2, 2], padding="same", groups=5)
+    g = c.graph()
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    old = ckernels.set_window_units(None)
+    try:
+        outs = {}
+        for units in (True, False):
+            ckernels.set_window_units(units)
+            fused, single = _sessions(g, 2)
+            outs[units] = fused.run({"x": x})[g.outputs[0]]
+        b = single.run({"x": x})[g.outputs[0]]
+    finally:
+        ckernels.set_window_units(old)
+    assert np.array_equal(outs[True], outs[False]) and np.array_equal(outs[True], b)
+    assert rel_err(outs[True], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("nb", [1, 2])
 def test_one_pixel_convolutions_run_as_the_packed_gemv(rng, threads, nb):

@@ -49,7 +49,7 @@ SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
-           "leti_set_full_k")
+           "leti_set_full_k", "leti_set_window_units")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -145,6 +145,19 @@ def set_full_k(on: bool | None) -> bool:
     if path is None:
         return False
     f = ctypes.CDLL(str(path)).leti_set_full_k
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    return bool(f(-1 if on is None else int(bool(on))))
+
+
+def set_window_units(on: bool | None) -> bool:
+    """Ask for a native program's grouped windows on two or more threads split by rows x groups (``csrc/program.c``;
+    the default on AVX2 hosts) or by output rows; ``None`` only asks. Returns whether units are used."""
+    import ctypes
+
+    path = library()
+    if path is None:
+        return False
+    f = ctypes.CDLL(str(path)).leti_set_window_units
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
     return bool(f(-1 if on is None else int(bool(on))))
 

@@ -645,6 +645,21 @@ void leti_conv_window(const float *xp, int64_t wp, int64_t ci, int64_t groups, i
                         bias ? bias + g * panels * NR : 0, res ? res + g * co : 0, act, oy, oy + 1);
 }
 
+/* Work units u0..u1-1 of leti_conv_window's rows x groups, unit u = (output row u / groups, group u % groups), in that
+ * order (each row's groups together, as leti_conv_window runs them). A native program splits a grouped window over its
+ * threads by units rather than rows (program.c): a 7x7 map's 7 rows split 4 + 3 over two threads, its 7 x 46 units
+ * 161 + 161. Each unit is computed as leti_conv_window computes it, so the outputs are the same bit for bit. */
+void leti_conv_window_units(const float *xp, int64_t wp, int64_t ci, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
+                            int64_t sw, const float *bp, int64_t co, float *y, int64_t ow, const float *bias,
+                            const float *res, int64_t act, int64_t u0, int64_t u1) {
+    int64_t panels = (co + NR - 1) / NR, k = kh * kw * ci, cs = groups * ci, ldy = groups * co;
+    for (int64_t u = u0; u < u1; ++u) {
+        int64_t oy = u / groups, g = u % groups;
+        window_rows(xp + g * ci, wp, cs, ci, kh, kw, sh, sw, bp + g * panels * k * NR, co, y + g * co, ow, ldy,
+                    bias ? bias + g * panels * NR : 0, res ? res + g * co : 0, act, oy, oy + 1);
+    }
+}
+
 /* Rows r0..r1-1 of the zero-padded copy xp (hp x wp x c) of x (h x wd x c), x placed at (pt, pl). */
 void leti_pad_nhwc(const float *x, int64_t h, int64_t wd, int64_t c, float *xp, int64_t hp, int64_t wp, int64_t pt,
                    int64_t pl, int64_t r0, int64_t r1) {

@@ -41,6 +41,10 @@ void leti_conv_window(const float *xp, int64_t wp, int64_t ci, int64_t groups, i
                       int64_t act, int64_t r0, int64_t r1);
 void leti_pad_nhwc(const float *x, int64_t h, int64_t wd, int64_t c, float *xp, int64_t hp, int64_t wp, int64_t pt,
                    int64_t pl, int64_t r0, int64_t r1);
+void leti_conv_window_units(const float *xp, int64_t wp, int64_t ci, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
+                            int64_t sw, const float *bp, int64_t co, float *y, int64_t ow, const float *bias,
+                            const float *res, int64_t act, int64_t u0, int64_t u1);
+int64_t leti_set_avx512(int64_t on);
 /* pointwise.c */
 void leti_unary(const float *x, float *y, int64_t code, float alpha, float beta, int64_t i0, int64_t i1);
 void leti_binary(const float *a, const float *b, float *y, const float *shift, int64_t px, int64_t c, int64_t bstride,
@@ -325,6 +329,15 @@ int64_t leti_set_weights_split(int64_t percent) {
     return weights_split;
 }
 
+/* A grouped window on more than one thread split by rows x groups (leti_conv_window_units) rather than rows: RegNetX's
+ * 7x7 grouped convolutions on two threads (see docs/engine.md, session 26). leti_set_window_units(0) splits rows. */
+static int window_units = 1;
+
+int64_t leti_set_window_units(int64_t on) {
+    if (on >= 0) window_units = (int)on;
+    return window_units;
+}
+
 /* part t of T of step s */
 static void step_part(const int64_t *s, int64_t t, int64_t T) {
     switch (s[0]) {
@@ -361,8 +374,14 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
         if (t < parts) leti_pad_nhwc(F(1), s[2], s[3], s[4], F(5), hp, s[7], s[8], s[9], t * hp / parts, (t + 1) * hp / parts);
         return;
     }
-    case STEP_WINDOW: { /* src row ci groups kh kw sh sw bp co y ow bias res act oh: output rows split */
-        int64_t oh = s[16], parts = MAX(1, MIN(T, oh));
+    case STEP_WINDOW: { /* src row ci groups kh kw sh sw bp co y ow bias res act oh: output rows split, or rows x groups */
+        int64_t oh = s[16], groups = s[4], parts = MAX(1, MIN(T, oh));
+        if (T > 1 && groups > 1 && window_units && !leti_set_avx512(-1)) { /* AVX-512: pairs of groups, rows split */
+            int64_t units = oh * groups;
+            leti_conv_window_units(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13),
+                                   F(14), s[15], t * units / T, (t + 1) * units / T);
+            return;
+        }
         if (t < parts)
             leti_conv_window(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13), F(14),
                              s[15], t * oh / parts, (t + 1) * oh / parts);
