@@ -86,3 +86,13 @@ def test_a_predictor_keeps_the_hosts_cache_through_save_and_load(tmp_path, monke
     # and saves without the key, as before
     KernelLatencyPredictor(_Fixed(), old.overhead, "local", "tflite-xnnpack", "float").save(tmp_path / "q")
     assert "cache_mb" not in json.loads((tmp_path / "q" / "manifest.json").read_text())["overhead"]
+
+
+@pytest.mark.parametrize("extra", [["--cache-mb", "-4"], ["--cache-mb", "24", "--transfer-from", "src"]])
+def test_the_build_refuses_a_negative_cache_or_one_with_a_transfer(capsys, tmp_path, extra):
+    from tests.device.conftest import run_leti
+
+    code, _, err = run_leti(capsys, "kernels", "build", "--device", "local", "--budget-minutes", "1",
+                            "--out", tmp_path / "kp", *extra)
+    assert code == 1 and "--cache-mb must be 0 or above and goes without --transfer-from" in err, err
+    assert not (tmp_path / "kp").exists()
