@@ -46,6 +46,10 @@ def build_cmd(
                                           "but not with --transfer-from)."),
     cache_probe: bool = typer.Option(True, "--cache-probe/--no-cache-probe", help="Measure what one-pixel kernels' "
                                      "weights cost once a network has pushed them out of the cache (a few seconds)."),
+    cache_mb: float = typer.Option(0.0, "--cache-mb", help="MB of cache a model has to itself on the host the "
+                                   "predictions are for, where the overhead's eviction term ramps (0: as the "
+                                   "calibration networks had it; e.g. 24 for a quiet Zen 3 whose networks were "
+                                   "timed under load)."),
     transfer_from: Optional[Path] = typer.Option(None, "--transfer-from", help="Another device's kernel predictor "
                                                  "to adapt (kernel-level transfer): a few minutes of kernels, chosen "
                                                  "to correct its regressors per type, instead of an hour."),
@@ -65,6 +69,8 @@ def build_cmd(
         raise LetiError(f"--budget-minutes must be above 0, got {budget_minutes:g}")
     if seed < 0 or calibration < 0 or (networks or 0) < 0:
         raise LetiError("--seed, --calibration and --networks must be zero or positive whole numbers")
+    if cache_mb < 0 or (cache_mb and transfer_from is not None):
+        raise LetiError(f"--cache-mb must be 0 or above and goes without --transfer-from, got {cache_mb:g}")
     check_out(out)
     dev = _open(device, threads)
     if transfer_from is not None:  # a source that cannot be adapted is refused before anything is written
@@ -95,7 +101,8 @@ def build_cmd(
         else:
             report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
                                             n_calibration=calibration, n_networks=60 if networks is None else networks,
-                                            detect=detect is not False, cache_probe=cache_probe, notify=notify)
+                                            detect=detect is not False, cache_probe=cache_probe, cache_mb=cache_mb,
+                                            notify=notify)
     finally:
         bar.stop()
     for note in report.notes:

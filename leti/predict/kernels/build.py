@@ -189,11 +189,13 @@ def plan_networks(store: BuildStore, n: int, seed: int) -> int:
 def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed: int = 0, threads: int = 1,
                            kernel_types: list[str] | None = None, n_calibration: int = 40, n_networks: int = 60,
                            initial_per_type: int = 24, detect: bool = True, protocol=None, cache_probe: bool = True,
+                           cache_mb: float = 0.0,
                            notify: Callable[[float, float, str], None] = lambda _s, _b, _m: None) -> BuildReport:
     """Build (or continue building) the kernel predictor of ``device`` (a name for
     :func:`~leti.device.registry.open_device`, or a device) into ``out`` within ``budget_minutes`` of wall
     time in all; ``kernel_types`` limits the types sampled (default: every type of the real networks);
-    ``cache_probe``: measure the device's cache profile (:func:`_cache_profile`);
+    ``cache_probe``: measure the device's cache profile (:func:`_cache_profile`); ``cache_mb``: the cache a model
+    has to itself on the host predicted for, where the overhead's eviction term ramps (``Overhead.cache_mb``);
     ``notify(spent_s, budget_s, what)`` is called after every step (the progress bar)."""
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench, runtime_of
@@ -284,6 +286,10 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         cal_kernels, cal = calibration_tables(store, runtime)
         net_kernels, nets = calibration_tables(store, runtime, "network")
         predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets, cache)
+        if cache_mb:
+            predictor.overhead.cache_mb = float(cache_mb)
+            notes.append(f"the eviction term ramps at {cache_mb:g} MB of cache when predicting" if
+                         predictor.overhead.cache_sizes() else "--cache-mb: the overhead has no eviction term")
         _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         cv = store.get("cv", {})
         if store.get("cv_rows") != len(table):  # kernels measured since the last round's fit

@@ -130,7 +130,7 @@ class KernelLatencyPredictor:
                        where: str = "kernels") -> list[ModelLatency]:
         """One :class:`ModelLatency` per model of the table (in order of appearance)."""
         rows = self.in_model(self.predict_kernels(table, allow_unknown, where))
-        agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
+        agg = model_aggregates(rows, rows["predicted_ms"].to_numpy(), self.overhead.cache_sizes())
         e2e = self.overhead.predict(agg)
         out = []
         for (name, a), mean in zip(agg.iterrows(), e2e):
@@ -157,6 +157,8 @@ class KernelLatencyPredictor:
                     "kernels": self.regressors.state(), "fusion_rules": self.rules.to_dict(),
                     "overhead": {"terms": list(self.overhead.terms), "coef": self.overhead.coef,
                                  "resid_std": self.overhead.resid_std, "n_models": self.overhead.n_models}}
+        if self.overhead.cache_mb:
+            manifest["overhead"]["cache_mb"] = self.overhead.cache_mb
         if self.cache is not None:
             manifest["cache"] = self.cache.to_dict()
         from leti.predict.manifest import write_manifest
@@ -185,7 +187,8 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
 
         reg = regressors_from_state(m["kernels"], folder)
         o = m["overhead"]
-        overhead = Overhead(list(o["terms"]), list(o["coef"]), float(o["resid_std"]), int(o["n_models"]))
+        overhead = Overhead(list(o["terms"]), list(o["coef"]), float(o["resid_std"]), int(o["n_models"]),
+                            float(o.get("cache_mb", 0.0)))
         rules = FusionRules.from_dict(m["fusion_rules"]) if "fusion_rules" in m else None
         cache = CacheProfile.from_dict(m["cache"]) if m.get("cache") else None
         pred = KernelLatencyPredictor(reg, overhead, m["device"], m["runtime"], m["precision"], rules, cache)
