@@ -3,8 +3,8 @@
 Property-style: 200 NB101 cells drawn (seeded) from the whole space, 40 alone at each of five channel counts (odd ones
 make the channel truncation a ``SPLIT_V`` in the GPU-compatible default model, even ones a plain
 projection); of each 40 the fewest (greedily) whose layer graphs hold every kind of layer the 40 hold (kind,
-kernel, stride, BN/ReLU/bias, channels, and the kinds and channels of its inputs: about half) are exported (the
-Keras/TFLite export is most of the time); plus two small stacked networks; all exported in one process with the real Keras/TFLite
+kernel, stride, BN/ReLU/bias, channels, and the kinds and channels of its inputs: about half; the Keras/TFLite
+export is most of the time), plus two small stacked networks; all exported in one process with the real Keras/TFLite
 converter, then converted and checked with :func:`leti.engine.tools.check_against_tflite` (reference op by
 op and engine CPU outputs against the interpreter). The issue's own command line is replayed through the CLI.
 """
