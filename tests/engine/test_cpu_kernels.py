@@ -119,6 +119,9 @@ def test_batched_gemm_multiplies_by_the_transposed_store(rng):
     assert rel_err(m, v @ ut.transpose(0, 2, 1)) < TOL
 
 
+# one xdist worker runs every parameter (make test: --dist loadgroup): numba compiles the kernels once, not once per
+# worker at the same moment (the disk cache is only written when a compile ends)
+@pytest.mark.xdist_group("numba-jit")
 @pytest.mark.parametrize("n, hw, pads", [(2, (7, 9), (1, 1)), (4, (10, 10), (1, 1)), (3, (6, 5), (0, 2)),
                                          (6, (13, 11), (1, 1))])  # α = 4, 6, 5 (padded sums), 8 (generic loops)
 @pytest.mark.parametrize("threads", [1, 3])
@@ -395,6 +398,9 @@ def test_channel_shuffle_transpose_matches_numpy():
     assert not wide[..., 1::2].any()
 
 
+# one xdist worker runs every parameter (make test: --dist loadgroup): numba compiles the kernels once, not once per
+# worker at the same moment (the disk cache is only written when a compile ends)
+@pytest.mark.xdist_group("numba-jit")
 @pytest.mark.parametrize("path", [pytest.param("leti", marks=needs_leti), pytest.param("mkl", marks=needs_mkl),
                                   "openblas"])
 @pytest.mark.parametrize("k, scheme", [(1, "gemm"), (1, "strassen"), (3, "winograd"), (3, "im2col")])

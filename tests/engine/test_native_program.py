@@ -183,6 +183,9 @@ def test_one_pixel_convolutions_run_as_the_packed_gemv(rng, threads, nb):
     assert rel_err(a, ref) < 1e-4 and rel_err(b, ref) < 1e-4
 
 
+# one xdist worker runs every parameter (make test: --dist loadgroup): numba compiles the kernels once, not once per
+# worker at the same moment (the disk cache is only written when a compile ends)
+@pytest.mark.xdist_group("numba-jit")
 @needs_program
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("nb, c_in", [(1, 16), (2, 13)])

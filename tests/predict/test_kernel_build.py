@@ -227,12 +227,19 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     assert (rows.alone_ms < 1.0).all() and set(rows.file) == {"m.tflite"}
 
 
-def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf):
+def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf, monkeypatch):
     from leti.models.random_networks import network_params
+    from leti.predict.kernels import build
     from leti.predict.kernels.build import build_kernel_predictor
 
+    # the networks are timed in round 0; once it is fitted the budget counts as spent (the rounds after it would
+    # only sample more kernels until the 0.9 minutes were gone)
+    fitted = []
+    monkeypatch.setattr(build._Clock, "left", lambda self, left=build._Clock.left: -1.0 if fitted else left(self))
+    notify = lambda _s, _b, msg: fitted.append(msg) if msg.startswith("round 0 fitted") else None  # noqa: E731
     report = build_kernel_predictor("local", tmp_path / "kp", 0.9, kernel_types=["relu"], n_calibration=0,
-                                    n_networks=3, initial_per_type=4, detect=False, seed=2)
+                                    n_networks=3, initial_per_type=4, detect=False, seed=2, notify=notify)
+    assert fitted and report.rounds == 1
     nets = pd.read_parquet(tmp_path / "kp" / "networks.parquet")
     kernels = pd.read_parquet(tmp_path / "kp" / "network_kernels.parquet")
     assert list(nets.model) == ["net-000", "net-001", "net-002"] and (nets.latency_ms > 0).all()

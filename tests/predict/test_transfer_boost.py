@@ -58,7 +58,18 @@ def test_sources_kept_when_they_explain_the_target_and_round_trip(files, tmp_pat
     np.testing.assert_allclose(load_predictor(folder).predict(t.cells.take(te)), pred, rtol=1e-6)
 
 
-def test_bagged_base_gives_std_and_cli_evaluate(files, tmp_path):
+def test_bagged_base_gives_std_and_cli_evaluate(files, tmp_path, monkeypatch):
+    from leti.predict.transfer import evaluate
+
+    fitted = []  # the model the CLI fits (make_transfer(...).fit, in evaluate.fit_one), kept for the std checks below
+
+    def keep(*args, **kwargs):
+        out = fit_one(*args, **kwargs)
+        fitted.append(out[0])
+        return out
+
+    fit_one = evaluate.fit_one
+    monkeypatch.setattr(evaluate, "fit_one", keep)
     r = runner.invoke(app, ["evaluate", "--dataset", str(files / "target.parquet"), "--transfer-from",
                             str(files / "sources.parquet"), "--train-size", "300", "--seeds", "0", "--predictors",
                             "transfer-boost", "--set", "transfer-boost.base=catboost-bag", "--out", str(tmp_path / "e")])
@@ -68,8 +79,8 @@ def test_bagged_base_gives_std_and_cli_evaluate(files, tmp_path):
     assert row["mean"]["spearman"] > 0.95
     data = load_transfer(files / "target.parquet", files / "sources.parquet")
     t = data.targets[0]
-    m = make_transfer("transfer-boost", base="catboost-bag").fit(t.cells.take(np.arange(300)), t.latency_ms[:300],
-                                                                 data.sources)
+    (m,) = fitted  # fitted on 300 cells with the sources, as make_transfer("transfer-boost", base="catboost-bag") is
+    assert m.name == "transfer-boost" and m.base == "catboost-bag" and m.random_state == 0
     mean, std = m.predict(t.cells.take(np.arange(300, 400)), return_std=True)
     assert m.has_uncertainty and (std > 0).all() and np.isfinite(mean).all()
 
