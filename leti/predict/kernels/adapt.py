@@ -150,8 +150,13 @@ class AdaptedKernels:
 
 
 def regressors_from_state(state: dict, folder: Path):
-    """:class:`KernelRegressors` or :class:`AdaptedKernels`, whichever the manifest's ``kernels`` holds (an adapted
-    predictor's base may itself be adapted: a device reached by transfer is a source too)."""
+    """:class:`KernelRegressors`, :class:`AdaptedKernels` or :class:`~leti.predict.kernels.blend.BlendedKernels`,
+    whichever the manifest's ``kernels`` holds (an adapted predictor's base may itself be adapted: a device reached
+    by transfer is a source too)."""
+    from leti.predict.kernels.blend import KIND as BLENDED, BlendedKernels
+
     if state.get("kind") == KIND:
         return AdaptedKernels.from_state(state, folder)
+    if state.get("kind") == BLENDED:
+        return BlendedKernels.from_state(state, folder)
     return KernelRegressors.from_state(state, folder)

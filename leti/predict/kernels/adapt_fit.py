@@ -76,7 +76,9 @@ def networks_overhead(predictor: KernelLatencyPredictor, base: Overhead, nets: p
     their kernel rows), those of at most :data:`~leti.predict.kernels.build_fit.MAX_NETWORK_WEIGHTS_MB` of weights
     (as a scratch build takes them): fitted afresh with per-type scales from
     :data:`~leti.predict.kernels.build_fit.MIN_NETWORKS` of them, else ``base`` scaled by :func:`overhead_scale`
-    (``base`` empty: latency = sum of kernels, scaled), else ``base`` as is; and a note saying which."""
+    (``base`` empty: latency = sum of kernels, scaled; the plain sum scaled instead of ``base`` when its log
+    ratios to the networks spread less: the source's overhead terms describe the source's runtime), else ``base``
+    as is; and a note saying which."""
     from leti.predict.kernels.build_fit import MAX_NETWORK_WEIGHTS_MB, MIN_NETWORKS
 
     if nets is None or nets.empty or net_kernels is None or net_kernels.empty:
@@ -93,17 +95,30 @@ def networks_overhead(predictor: KernelLatencyPredictor, base: Overhead, nets: p
     if len(kept) >= MIN_NETWORKS:
         fitted = Overhead().fit(agg, y, per_type=True)
         return fitted, f"overhead fitted on {len(kept)} networks: {' + '.join(fitted.terms)}"
-    r = overhead_scale(Overhead(*((base.terms, base.coef) if base.coef else (["sum_ms"], [1.0]))), agg, y)[0]
-    return scaled_overhead(base, agg, y), f"overhead: the source's scaled by {r:.3f} ({len(kept)} networks timed)"
+    plain = Overhead()
+    if base.coef and overhead_scale(plain_sum(), agg, y)[1] < overhead_scale(base, agg, y)[1]:
+        base, whose = plain, "the sum of kernels"  # the source's overhead describes its runtime, not this one
+    else:
+        whose = "the source's" if base.coef else "the sum of kernels"
+    r = overhead_scale(base if base.coef else plain_sum(), agg, y)[0]
+    return scaled_overhead(base, agg, y), f"overhead: {whose} scaled by {r:.3f} ({len(kept)} networks timed)"
+
+
+def plain_sum() -> Overhead:
+    """The overhead that adds nothing: latency = the sum of the kernels."""
+    return Overhead(["sum_ms"], [1.0])
 
 
 def adapt_to_build(source: KernelLatencyPredictor, table: pd.DataFrame, device: str, runtime: str, rules,
                    cache=None, nets: pd.DataFrame | None = None,
                    net_kernels: pd.DataFrame | None = None) -> KernelLatencyPredictor:
-    """``source``'s regressors adapted to the single-kernel ``table`` a transfer build measured on ``device``
-    (:class:`AdaptedKernels`), with the build's fusion ``rules`` and cache profile, and the overhead of
-    :func:`networks_overhead` on the networks it timed (``overhead_note`` says which)."""
-    reg = AdaptedKernels(source.regressors, source.device).fit(table)
+    """``source``'s regressors adapted to the single-kernel ``table`` a transfer build measured on ``device`` and
+    blended with the device's own (:class:`~leti.predict.kernels.blend.BlendedKernels`), with the build's fusion
+    ``rules`` and cache profile, and the overhead of :func:`networks_overhead` on the networks it timed
+    (``overhead_note`` says which)."""
+    from leti.predict.kernels.blend import BlendedKernels
+
+    reg = BlendedKernels(source.regressors, source.device).fit(table)
     pred = KernelLatencyPredictor(reg, source.overhead, device, runtime, source.precision, rules, cache)
     pred.overhead, pred.overhead_note = networks_overhead(pred, source.overhead, nets, net_kernels)
     return pred
