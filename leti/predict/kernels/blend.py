@@ -42,7 +42,7 @@ KIND = "blended"
 #: folds of the weights' cross-validation, and the bagged members of each fold's own regressors
 CV_FOLDS, CV_MEMBERS = 3, 1
 #: the fewest kernels of a type for its own regressors to get any weight
-MIN_OWN_ROWS = 8
+MIN_OWN_ROWS = 20
 #: the weights tried
 WEIGHTS = np.round(np.linspace(0.0, 1.0, 11), 2)
 
@@ -51,7 +51,7 @@ def best_weight(la: np.ndarray, lo: np.ndarray, ly: np.ndarray, w: np.ndarray) -
     """(the weight of :data:`WEIGHTS` whose blend of the log predictions ``la`` (adapted) and ``lo`` (own) has the
     lowest ``w``-weighted mean squared error against ``ly``, {"adapted", "own", "blend": those errors})."""
     err = [float(np.sum(w * ((1 - a) * la + a * lo - ly) ** 2) / np.sum(w)) for a in WEIGHTS]
-    k = int(np.argmin(err))
+    k = int(np.flatnonzero(np.asarray(err) <= min(err) * (1 + 1e-9) + 1e-15)[0])  # ties (to rounding): smaller w
     return float(WEIGHTS[k]), {"adapted": err[0], "own": err[-1], "blend": err[k]}
 
 
@@ -141,7 +141,7 @@ class BlendedKernels:
 
     # ---- persistence ---------------------------------------------------------------------------
     def state(self) -> dict:
-        return {"kind": KIND, "adapted": self.adapted.state(), "own": self.own.state(), "weights": self.weight_,
+        return {"kind": KIND, "source_device": self.source_device, "adapted": self.adapted.state(), "own": self.own.state(), "weights": self.weight_,
                 "cv": self.cv_}
 
     def save_files(self, folder: Path) -> None:
