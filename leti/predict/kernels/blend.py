@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from leti.errors import CorruptModelError
+from leti.predict.kernels.adapt import KIND as ADAPTED
 from leti.predict.kernels.adapt import AdaptedKernels
-from leti.predict.kernels.build_fit import _folds
 from leti.predict.kernels.predictor import KernelRegressors
 
 KIND = "blended"
@@ -97,7 +97,11 @@ class BlendedKernels:
 
     def _cross_validate(self, table: pd.DataFrame, types: np.ndarray, cv_types: list[str]) -> None:
         seed = self.own.params["random_state"]
-        fold = _folds(types, CV_FOLDS, seed)
+        fold = np.zeros(len(types), np.int64)  # stratified: every type in every fold
+        rng = np.random.default_rng(seed)
+        for t in cv_types:
+            idx = np.flatnonzero(types == t)
+            fold[idx] = rng.permutation(len(idx)) % CV_FOLDS
         sub = np.isin(types, cv_types)
         la, lo = np.full(len(types), np.nan), np.full(len(types), np.nan)
         cv_params = {**self.own.params, "n_members": CV_MEMBERS}
@@ -115,6 +119,10 @@ class BlendedKernels:
             w, err = best_weight(la[m], lo[m], np.log(y[m]), np.sqrt(y[m]))
             self.weight_[t] = w
             self.cv_[t] = {"rows": int(m.sum()), **err}
+
+    def shrink(self, factor: float) -> None:
+        """Every type's weight times ``factor`` (the networks' verdict, :func:`~.adapt_fit.adapt_to_build`)."""
+        self.weight_ = {t: round(w * factor, 2) for t, w in self.weight_.items()}
 
     # ---- prediction (KernelRegressors' interface) -----------------------------------------------
     def resolve(self, types: pd.Series, features: np.ndarray, allow_unknown: bool, where: str) -> np.ndarray:
@@ -150,7 +158,8 @@ class BlendedKernels:
 
     @classmethod
     def from_state(cls, state: dict, folder: Path) -> BlendedKernels:
-        adapted = AdaptedKernels.from_state(state["adapted"], folder)
+        adapted = AdaptedKernels.from_state(state["adapted"], folder,
+                                            regressors_from_state(state["adapted"]["base"], folder / "base"))
         own = state["own"]
         self = cls(adapted.base, adapted.source_device, own["params"])
         self.adapted = adapted
@@ -163,3 +172,13 @@ class BlendedKernels:
             raise CorruptModelError(f"{folder}: the blended kernel predictor's weights do not match its own "
                                     f"regressors ({', '.join(missing) or 'a weight outside [0, 1]'})")
         return self
+
+
+def regressors_from_state(state: dict, folder: Path):
+    """:class:`KernelRegressors`, :class:`AdaptedKernels` or :class:`BlendedKernels`, whichever the manifest's
+    ``kernels`` holds (a transfer's base may itself be a transfer: a device reached by transfer is a source too)."""
+    if state.get("kind") == ADAPTED:
+        return AdaptedKernels.from_state(state, folder, regressors_from_state(state["base"], folder / "base"))
+    if state.get("kind") == KIND:
+        return BlendedKernels.from_state(state, folder)
+    return KernelRegressors.from_state(state, folder)
