@@ -145,7 +145,7 @@ class BlendedKernels:
         if not mine:
             return "the adapted source's regressors alone (the device's own earned no weight in cross-validation)"
         return ("the device's own regressors weigh " + ", ".join(f"{t} {w:.1f}" for t, w in mine)
-                + " (the adapted source's the rest; 3-fold cross-validation)")
+                + " (the adapted source's the rest; weights by cross-validation, checked on the timed networks)")
 
     # ---- persistence ---------------------------------------------------------------------------
     def state(self) -> dict:
