@@ -119,3 +119,30 @@ def test_blended_predictor_saves_and_loads_without_pickle(devices, tmp_path):
     (tmp_path / "p" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(Exception, match="weights do not match"):
         load_kernel_predictor(tmp_path / "p")
+
+
+def _networks(source, rows: pd.DataFrame, test: pd.DataFrame):
+    """Eight timed networks of ``test``'s kernels whose latencies the affine half alone fits exactly (so the
+    networks, if asked, scale every weight down to 0)."""
+    kernels = pd.concat([test[test.kernel_type == t].head(24) for t in TYPES], ignore_index=True)
+    kernels = kernels.assign(model=[f"net-{i % 8:03d}" for i in range(len(kernels))])
+    ms = AdaptedKernels(source, "a").fit(rows).predict(kernels)[0]
+    nets = kernels.assign(ms=ms).groupby("model", as_index=False).ms.sum().rename(columns={"ms": "latency_ms"})
+    return nets, kernels
+
+
+def test_the_networks_scale_down_only_the_weights_of_types_measured_few_times(devices):
+    from leti.predict.kernels.adapt_fit import adapt_to_build
+    from leti.predict.kernels.blend import NETWORK_CHECK_ROWS
+
+    sampler, source, test = devices
+    src = KernelLatencyPredictor(source, Overhead(), "a", "tflite-xnnpack", "float")
+    many = _rows(sampler, 250, 11, "b")
+    few = pd.concat([many[many.kernel_type == "conv2d"].head(60), many[many.kernel_type == "relu"]], ignore_index=True)
+    for rows in (many, few):  # (adapt_to_build fits the blend with the default settings)
+        reg = adapt_to_build(src, rows, "b", "tflite-xnnpack", None, None, *_networks(source, rows, test)).regressors
+        conv_rows = reg.cv_["conv2d"]["rows"]
+        if conv_rows >= NETWORK_CHECK_ROWS:  # 250 conv2d kernels: the networks may not overrule their weight
+            assert reg.checked_types() == [] and reg.weight_["conv2d"] >= 0.5, reg.cv_  # the padded tiles
+        else:  # 60: the networks, which the affine half fits exactly, take conv2d's weight down to 0
+            assert conv_rows == 60 and reg.checked_types() == [] and reg.weight_["conv2d"] == 0.0, reg.cv_

@@ -115,7 +115,7 @@ def adapt_to_build(source: KernelLatencyPredictor, table: pd.DataFrame, device: 
 
     reg = BlendedKernels(source.regressors, source.device).fit(table)
     pred = KernelLatencyPredictor(reg, source.overhead, device, runtime, source.precision, rules, cache)
-    if any(w > 0 for w in reg.weight_.values()):
+    if reg.checked_types():  # types of few kernels: their weights checked on the networks (blend's docstring)
         cv = dict(reg.weight_)
         spread = {}
         for factor in SHRINK:  # the kernels' verdict checked on the networks: the one measure of whole models
@@ -129,7 +129,8 @@ def adapt_to_build(source: KernelLatencyPredictor, table: pd.DataFrame, device: 
     return pred
 
 
-#: the factors of the cross-validated weights tried on the timed networks (:func:`adapt_to_build`)
+#: the factors of the cross-validated weights tried on the timed networks (:func:`adapt_to_build`; only the
+#: weights of types measured fewer than :data:`~leti.predict.kernels.blend.NETWORK_CHECK_ROWS` times)
 SHRINK = (0.0, 0.5, 1.0)
 #: the fewest timed networks that can overrule the kernels' cross-validation
 MIN_GATE_NETWORKS = 3

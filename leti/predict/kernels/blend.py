@@ -18,6 +18,16 @@ are refitted on every fold (the affine correction on all types' training kernels
 folds' own regressors have :data:`CV_MEMBERS` member to keep the cost near one more scratch fit. A type with
 fewer than :data:`MIN_OWN_ROWS` kernels keeps w = 0 (the affine correction alone); ties go to the smaller w.
 
+The weights are then checked on the build's timed networks (:func:`~.adapt_fit.adapt_to_build`): the weights of
+the types measured fewer than :data:`NETWORK_CHECK_ROWS` times are scaled by 0, ½ or 1, whichever makes the
+networks' latencies most consistent. With a minute of kernels, cross-validation on 20–60 kernels of a type is
+noisy and the networks correct it (local → engine, seed 0, 1 minute: 34 % zoo Acc@10 with the cross-validated
+weights, 56 % checked). A type measured :data:`NETWORK_CHECK_ROWS` times or more keeps its cross-validated weight:
+its own regressors rest on enough kernels for the cross-validation to be trusted, and eight networks are too few to
+overrule hundreds of kernels (checking every type, the networks chose ½ at 5 and 20 minutes, which left half of each
+kernel's log latency on the affine source: 72 / 77 % against scratch's 84 / 93 %). So with many kernels the blend
+follows the cross-validation alone and converges to the device's own fit.
+
 A blend rather than the source's prediction as a feature of the own trees: a tree is flat between its splits,
 so with a dozen kernels it cannot follow the source's latency smoothly over three decades, while the blend
 keeps the affine half wherever the own half has not earned its weight.
@@ -43,6 +53,8 @@ KIND = "blended"
 CV_FOLDS, CV_MEMBERS = 3, 1
 #: the fewest kernels of a type for its own regressors to get any weight
 MIN_OWN_ROWS = 20
+#: the fewest kernels of a type whose cross-validated weight the timed networks may no longer scale down
+NETWORK_CHECK_ROWS = 100
 #: the weights tried
 WEIGHTS = np.round(np.linspace(0.0, 1.0, 11), 2)
 
@@ -120,9 +132,16 @@ class BlendedKernels:
             self.weight_[t] = w
             self.cv_[t] = {"rows": int(m.sum()), **err}
 
+    def checked_types(self) -> list[str]:
+        """The types whose own regressors have a weight the networks may scale down: those measured fewer than
+        :data:`NETWORK_CHECK_ROWS` times (module docstring)."""
+        return sorted(t for t, w in self.weight_.items() if w > 0 and self.cv_[t]["rows"] < NETWORK_CHECK_ROWS)
+
     def shrink(self, factor: float) -> None:
-        """Every type's weight times ``factor`` (the networks' verdict, :func:`~.adapt_fit.adapt_to_build`)."""
-        self.weight_ = {t: round(w * factor, 2) for t, w in self.weight_.items()}
+        """The weights of :meth:`checked_types` times ``factor`` (the networks' verdict,
+        :func:`~.adapt_fit.adapt_to_build`); the others are kept."""
+        few = set(self.checked_types())
+        self.weight_ = {t: round(w * factor, 2) if t in few else w for t, w in self.weight_.items()}
 
     # ---- prediction (KernelRegressors' interface) -----------------------------------------------
     def resolve(self, types: pd.Series, features: np.ndarray, allow_unknown: bool, where: str) -> np.ndarray:
