@@ -139,10 +139,13 @@ def test_the_networks_scale_down_only_the_weights_of_types_measured_few_times(de
     src = KernelLatencyPredictor(source, Overhead(), "a", "tflite-xnnpack", "float")
     many = _rows(sampler, 250, 11, "b")
     few = pd.concat([many[many.kernel_type == "conv2d"].head(60), many[many.kernel_type == "relu"]], ignore_index=True)
-    for rows in (many, few):  # (adapt_to_build fits the blend with the default settings)
-        reg = adapt_to_build(src, rows, "b", "tflite-xnnpack", None, None, *_networks(source, rows, test)).regressors
-        conv_rows = reg.cv_["conv2d"]["rows"]
-        if conv_rows >= NETWORK_CHECK_ROWS:  # 250 conv2d kernels: the networks may not overrule their weight
-            assert reg.checked_types() == [] and reg.weight_["conv2d"] >= 0.5, reg.cv_  # the padded tiles
-        else:  # 60: the networks, which the affine half fits exactly, take conv2d's weight down to 0
-            assert conv_rows == 60 and reg.checked_types() == [] and reg.weight_["conv2d"] == 0.0, reg.cv_
+    assert 60 < NETWORK_CHECK_ROWS <= 250
+    # adapt_to_build fits the blend with the default settings; the networks, which the affine half fits exactly,
+    # would scale every weight to 0
+    nets = [adapt_to_build(src, rows, "b", "tflite-xnnpack", None, None, *_networks(source, rows, test)).regressors
+            for rows in (many, few)]
+    # 250 conv2d kernels: the networks may not overrule their weight (the padded tiles: the own regressors')
+    assert nets[0].cv_["conv2d"]["rows"] == 250 and nets[0].weight_["conv2d"] >= 0.5, nets[0].cv_
+    # 60: the networks take conv2d's weight down to 0
+    assert nets[1].cv_["conv2d"]["rows"] == 60 and nets[1].weight_["conv2d"] == 0.0, nets[1].cv_
+    assert nets[0].checked_types() == nets[1].checked_types() == []  # none left above 0 that the networks may scale
