@@ -31,6 +31,7 @@ Each is scored on the target's measured zoo (``datasets/zoo_<target>_cpu.parquet
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -149,7 +150,7 @@ def scratch_on(t: Target, rows: pd.DataFrame, nets: pd.DataFrame, net_kernels: p
 
 
 def run_direction(src_t: Target, tgt: Target, args, work: Path, truth: pd.Series, log) -> list[dict]:
-    from leti.predict.kernels.adapt_fit import adapt_to_build
+    from leti.predict.kernels.adapt_fit import adapt_to_build, networks_overhead
     from leti.predict.kernels.sampler import KernelSampler
     from leti.predict.kernels.split import rules_for
     from leti.predict.kernels.transfer_plan import order_kernels, source_weights
@@ -178,12 +179,17 @@ def run_direction(src_t: Target, tgt: Target, args, work: Path, truth: pd.Series
                       "minutes": spent / 60, "types": rows.kernel_type.nunique()}
             adapted = adapt_to_build(source, rows, tgt.device, tgt.runtime, default_rules, tgt.cache, nets, netk)
             out.append({**common, "what": "transfer", **score(adapted, zoo_default, truth)})
+            affine = copy.copy(adapted)  # the blend's adapted half alone, its overhead scaled the same way
+            affine.regressors = adapted.regressors.adapted
+            affine.overhead, _ = networks_overhead(affine, source.overhead, nets, netk)
+            out.append({**common, "what": "transfer (affine only)", **score(affine, zoo_default, truth)})
+            log(f"  {adapted.regressors.summary()}; {adapted.overhead_note}")
             if default_rules.to_dict()["fuse"] != tgt.rules.to_dict()["fuse"]:
                 adapted.rules = tgt.rules  # the networks' kernels are the store's (measured rules) either way
                 out.append({**common, "what": "transfer + measured rules", **score(adapted, zoo_measured, truth)})
             out.append({**common, "what": "scratch", **score(scratch_on(tgt, rows, nets, netk), zoo_measured, truth)})
             log(f"{label} seed {seed} K={k:g}: {len(rows)} kernels, {len(names)} networks, {spent / 60:.1f} min: "
-                + ", ".join(f"{r['what']} {r['acc10']:.1f}" for r in out[-3:] if r.get("seed") == seed and r["k"] == k))
+                + ", ".join(f"{r['what']} {r['acc10']:.1f}" for r in out[-4:] if r.get("seed") == seed and r["k"] == k))
         log(f"  seed {seed}: {time.perf_counter() - t0:.0f} s")
     return out
 
@@ -192,7 +198,8 @@ def table(results: list[dict]) -> list[str]:
     df = pd.DataFrame(results)
     lines = ["| source -> target | predictor | K min | kernels | networks | Acc@10 % | Acc@5 % | median abs err % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
-    order = {"source as is": 0, "transfer": 1, "transfer + measured rules": 2, "scratch": 3, "full build": 4}
+    order = {"source as is": 0, "transfer": 1, "transfer + measured rules": 2, "transfer (affine only)": 3,
+             "scratch": 4, "full build": 5}
     for direction, d in df.groupby("direction", sort=False):
         keys = sorted({(order[w], w, k if k == k and k is not None else -1) for w, k in zip(d.what, d.k)},
                       key=lambda x: (x[2], x[0]))

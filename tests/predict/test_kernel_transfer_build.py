@@ -90,10 +90,12 @@ def test_transfer_build_on_the_local_device(sampler, tmp_path, capsys, warm_tf):
     assert code == 0, err
     assert "the kernel regressors of 'phone-a' (tflite-xnnpack) adapted with" in stdout
     assert "note: fusion rules: those of 'phone-a'" in stdout and "1 networks timed" in stdout
+    assert "note: the adapted source's regressors alone" in stdout or "note: the device's own regressors weigh" in stdout
     assert "note: types of the source not measured here (the device-wide correction only): add" in stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["device"] == "local" and manifest["runtime"] == "tflite-xnnpack"
-    assert manifest["kernels"]["kind"] == "adapted" and manifest["kernels"]["source_device"] == "phone-a"
+    assert manifest["kernels"]["kind"] == "blended" and manifest["kernels"]["source_device"] == "phone-a"
+    assert (out / "base" / "types" / "relu").is_dir()  # the source's regressors travel with it
     assert manifest["fusion_rules"] == src.rules.to_dict()
     table = pd.read_parquet(out / "kernels.parquet")
     assert set(table.kernel_type) == {"relu", "hard_swish"} and set(table.origin) == {"transfer"}

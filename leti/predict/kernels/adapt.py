@@ -134,8 +134,10 @@ class AdaptedKernels:
         self.base.save_files(folder / "base")
 
     @classmethod
-    def from_state(cls, state: dict, folder: Path) -> AdaptedKernels:
-        self = cls(regressors_from_state(state["base"], folder / "base"), str(state.get("source_device", "")))
+    def from_state(cls, state: dict, folder: Path, base) -> AdaptedKernels:
+        """``base``: the source's regressors, loaded from ``state["base"]`` and ``folder / "base"``
+        (:func:`~leti.predict.kernels.blend.regressors_from_state`: a source may itself be a transfer)."""
+        self = cls(base, str(state.get("source_device", "")))
         self.types_ = [str(t) for t in state["types"]]
         self.stand_in_ = {str(k): str(v) for k, v in state["stand_in"].items()}
         self.centre_ = {str(k): float(v) for k, v in state["centre"].items()}
@@ -148,10 +150,3 @@ class AdaptedKernels:
             raise CorruptModelError(f"{folder}: the kernel transfer correction has the wrong shape")
         return self
 
-
-def regressors_from_state(state: dict, folder: Path):
-    """:class:`KernelRegressors` or :class:`AdaptedKernels`, whichever the manifest's ``kernels`` holds (an adapted
-    predictor's base may itself be adapted: a device reached by transfer is a source too)."""
-    if state.get("kind") == KIND:
-        return AdaptedKernels.from_state(state, folder)
-    return KernelRegressors.from_state(state, folder)

@@ -76,34 +76,91 @@ def networks_overhead(predictor: KernelLatencyPredictor, base: Overhead, nets: p
     their kernel rows), those of at most :data:`~leti.predict.kernels.build_fit.MAX_NETWORK_WEIGHTS_MB` of weights
     (as a scratch build takes them): fitted afresh with per-type scales from
     :data:`~leti.predict.kernels.build_fit.MIN_NETWORKS` of them, else ``base`` scaled by :func:`overhead_scale`
-    (``base`` empty: latency = sum of kernels, scaled), else ``base`` as is; and a note saying which."""
+    (``base`` empty: latency = sum of kernels, scaled; the plain sum scaled instead of ``base`` when its log
+    ratios to the networks spread less: the source's overhead terms describe the source's runtime), else ``base``
+    as is; and a note saying which."""
     from leti.predict.kernels.build_fit import MAX_NETWORK_WEIGHTS_MB, MIN_NETWORKS
 
     if nets is None or nets.empty or net_kernels is None or net_kernels.empty:
         return base, "overhead: the source's as is (no network timed)"
-    weights = net_kernels.groupby("model").bytes_weights.sum() / 1e6
-    kept = nets[nets.model.map(weights).fillna(0.0).to_numpy() <= MAX_NETWORK_WEIGHTS_MB]
-    if kept.empty:
+    got = _network_rows(predictor, nets, net_kernels)
+    if got is None:
         return base, f"overhead: the source's as is (the {len(nets)} networks timed hold over {MAX_NETWORK_WEIGHTS_MB:g} MB)"
-    rows = predictor.in_model(predictor.predict_kernels(net_kernels[net_kernels.model.isin(kept.model)],
-                                                        allow_unknown=True, where="calibration networks"))
-    agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
-    agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
-    y = kept.set_index("model").latency_ms.loc[agg.index].to_numpy(np.float64)
-    if len(kept) >= MIN_NETWORKS:
+    agg, y = got
+    if len(y) >= MIN_NETWORKS:
         fitted = Overhead().fit(agg, y, per_type=True)
-        return fitted, f"overhead fitted on {len(kept)} networks: {' + '.join(fitted.terms)}"
-    r = overhead_scale(Overhead(*((base.terms, base.coef) if base.coef else (["sum_ms"], [1.0]))), agg, y)[0]
-    return scaled_overhead(base, agg, y), f"overhead: the source's scaled by {r:.3f} ({len(kept)} networks timed)"
+        return fitted, f"overhead fitted on {len(y)} networks: {' + '.join(fitted.terms)}"
+    plain = Overhead()
+    if base.coef and overhead_scale(plain_sum(), agg, y)[1] < overhead_scale(base, agg, y)[1]:
+        base, whose = plain, "the sum of kernels"  # the source's overhead describes its runtime, not this one
+    else:
+        whose = "the source's" if base.coef else "the sum of kernels"
+    r = overhead_scale(base if base.coef else plain_sum(), agg, y)[0]
+    return scaled_overhead(base, agg, y), f"overhead: {whose} scaled by {r:.3f} ({len(y)} networks timed)"
+
+
+def plain_sum() -> Overhead:
+    """The overhead that adds nothing: latency = the sum of the kernels."""
+    return Overhead(["sum_ms"], [1.0])
 
 
 def adapt_to_build(source: KernelLatencyPredictor, table: pd.DataFrame, device: str, runtime: str, rules,
                    cache=None, nets: pd.DataFrame | None = None,
                    net_kernels: pd.DataFrame | None = None) -> KernelLatencyPredictor:
-    """``source``'s regressors adapted to the single-kernel ``table`` a transfer build measured on ``device``
-    (:class:`AdaptedKernels`), with the build's fusion ``rules`` and cache profile, and the overhead of
-    :func:`networks_overhead` on the networks it timed (``overhead_note`` says which)."""
-    reg = AdaptedKernels(source.regressors, source.device).fit(table)
+    """``source``'s regressors adapted to the single-kernel ``table`` a transfer build measured on ``device`` and
+    blended with the device's own (:class:`~leti.predict.kernels.blend.BlendedKernels`), with the build's fusion
+    ``rules`` and cache profile, and the overhead of :func:`networks_overhead` on the networks it timed
+    (``overhead_note`` says which)."""
+    from leti.predict.kernels.blend import BlendedKernels
+
+    reg = BlendedKernels(source.regressors, source.device).fit(table)
     pred = KernelLatencyPredictor(reg, source.overhead, device, runtime, source.precision, rules, cache)
+    if reg.checked_types():  # types of few kernels: their weights checked on the networks (blend's docstring)
+        cv = dict(reg.weight_)
+        spread = {}
+        for factor in SHRINK:  # the kernels' verdict checked on the networks: the one measure of whole models
+            reg.weight_ = cv
+            reg.shrink(factor)
+            spread[factor] = network_spread(pred, source.overhead, nets, net_kernels)
+        best = min(SHRINK, key=lambda f: (round(spread[f], 4), f))  # ties: the adapted source
+        reg.weight_ = cv
+        reg.shrink(best if np.isfinite(spread[best]) else 1.0)
     pred.overhead, pred.overhead_note = networks_overhead(pred, source.overhead, nets, net_kernels)
     return pred
+
+
+#: the factors of the cross-validated weights tried on the timed networks (:func:`adapt_to_build`; only the
+#: weights of types measured fewer than :data:`~leti.predict.kernels.blend.NETWORK_CHECK_ROWS` times)
+SHRINK = (0.0, 0.5, 1.0)
+#: the fewest timed networks that can overrule the kernels' cross-validation
+MIN_GATE_NETWORKS = 3
+
+
+def network_spread(predictor: KernelLatencyPredictor, base: Overhead, nets: pd.DataFrame | None,
+                   net_kernels: pd.DataFrame | None) -> float:
+    """The spread of the log ratios of the timed networks' latency to ``predictor``'s sum of kernels under the better
+    of ``base`` and the plain sum, each scaled to them (inf with fewer than :data:`MIN_GATE_NETWORKS` networks)."""
+    got = _network_rows(predictor, nets, net_kernels)
+    if got is None or len(got[1]) < MIN_GATE_NETWORKS:
+        return float("inf")
+    agg, y = got
+    spreads = [overhead_scale(plain_sum(), agg, y)[1]] + ([overhead_scale(base, agg, y)[1]] if base.coef else [])
+    return min(spreads)
+
+
+def _network_rows(predictor: KernelLatencyPredictor, nets: pd.DataFrame | None, net_kernels: pd.DataFrame | None):
+    """(the model aggregates of ``predictor`` on the timed networks of at most
+    :data:`~leti.predict.kernels.build_fit.MAX_NETWORK_WEIGHTS_MB` of weights, their latencies), None without any."""
+    from leti.predict.kernels.build_fit import MAX_NETWORK_WEIGHTS_MB
+
+    if nets is None or nets.empty or net_kernels is None or net_kernels.empty:
+        return None
+    weights = net_kernels.groupby("model").bytes_weights.sum() / 1e6
+    kept = nets[nets.model.map(weights).fillna(0.0).to_numpy() <= MAX_NETWORK_WEIGHTS_MB]
+    if kept.empty:
+        return None
+    rows = predictor.in_model(predictor.predict_kernels(net_kernels[net_kernels.model.isin(kept.model)],
+                                                        allow_unknown=True, where="calibration networks"))
+    agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
+    agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
+    return agg, kept.set_index("model").latency_ms.loc[agg.index].to_numpy(np.float64)

@@ -340,7 +340,8 @@ def _save(out: Path, predictor, table: pd.DataFrame, cal: pd.DataFrame, cal_kern
 
     with tempfile.TemporaryDirectory(prefix=".predictor-", dir=out) as tmp:
         predictor.save(Path(tmp) / "p")
-        for part in ("types", "base"):  # the regressors' files (``base``: a transfer build's source regressors)
+        for part in ("types", "base", "own"):  # the regressors' files (a transfer build's: the source's under
+            # ``base``, the blend's own under ``own``)
             shutil.rmtree(out / part, ignore_errors=True)
             if (Path(tmp) / "p" / part).exists():
                 shutil.move(str(Path(tmp) / "p" / part), str(out / part))

@@ -4,7 +4,9 @@ Why: a scratch build measures thousands of kernels (an hour) because its regress
 law from nothing. That law's shape carries over between devices (LitePred; :mod:`.adapt`), so a transfer build
 measures a few hundred single-kernel models on the new device, chosen to pin a per-type correction of the source's
 regressors (:mod:`.transfer_plan`: every type first, then spread over the source's predicted latency and the
-kernels' features), and fits :class:`~leti.predict.kernels.adapt.AdaptedKernels` on them. Within the budget:
+kernels' features), and fits :class:`~leti.predict.kernels.blend.BlendedKernels` on them: the corrected source
+blended per type with the device's own regressors, each type's weight chosen by cross-validation on its kernels
+(the corrected source with a few kernels of a type, the device's own with many). Within the budget:
 
 0. the fusion rules: the source's (its runtime's a-priori rules when the new device runs another runtime);
    measured only with ``--detect`` and at least :data:`DETECT_MIN_MINUTES` of budget;
@@ -51,7 +53,7 @@ BATCH = 400
 DETECT_MIN_MINUTES = 5.0
 #: the precision every kernel build measures
 PRECISION = "float"
-#: the fewest kernels a transfer fits on (:class:`~leti.predict.kernels.adapt.AdaptedKernels`)
+#: the fewest kernels a transfer fits on (:class:`~leti.predict.kernels.blend.BlendedKernels`)
 MIN_KERNELS = 3
 
 
@@ -70,7 +72,8 @@ class TransferReport:
     def summary(self) -> str:
         n = sum(self.per_type.values())
         types = ", ".join(f"{t} {k}" for t, k in sorted(self.per_type.items(), key=lambda x: (-x[1], x[0])))
-        return (f"the kernel regressors of {self.source} adapted with {n} kernels measured ({types}); "
+        return (f"the kernel regressors of {self.source} adapted with {n} kernels measured ({types}), blended "
+                f"with this device's own; "
                 f"{self.networks} networks timed; {self.minutes:.1f} minutes")
 
 
@@ -215,7 +218,7 @@ def build_transfer_predictor(device, out: str | Path, budget_minutes: float, sou
         t0 = time.perf_counter()
         predictor = adapt_to_build(src, table, dev.id, runtime, FusionRules.from_dict(rules), cache, nets, net_kernels)
         store.set("last_fit_s", time.perf_counter() - t0)
-        notes.append(predictor.overhead_note)
+        notes += [predictor.regressors.summary(), predictor.overhead_note]
         _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         clock.save()
         return TransferReport(out, f"{src.device!r} ({src.runtime})", table.kernel_type.value_counts().to_dict(),

@@ -183,7 +183,7 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
     else:
         raise CorruptModelError(f"{folder} is not a kernel-level predictor (fit one with leti fit --kernels)")
     try:
-        from leti.predict.kernels.adapt import regressors_from_state
+        from leti.predict.kernels.blend import regressors_from_state
 
         reg = regressors_from_state(m["kernels"], folder)
         o = m["overhead"]
