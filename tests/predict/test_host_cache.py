@@ -73,7 +73,7 @@ def test_a_predictor_keeps_the_hosts_cache_through_save_and_load(tmp_path, monke
     p.save(tmp_path / "p")
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert manifest["overhead"]["cache_mb"] == 24.0
-    monkeypatch.setattr("leti.predict.kernels.adapt.regressors_from_state", lambda _s, _f: _Fixed())
+    monkeypatch.setattr("leti.predict.kernels.blend.regressors_from_state", lambda _s, _f: _Fixed())
     again = load_kernel_predictor(tmp_path / "p")
     assert again.overhead.cache_mb == 24.0
     assert {m.model: m.latency_ms for m in again.predict_models(t)} == pytest.approx(by_model)
