@@ -109,71 +109,54 @@ def _build(out: Path) -> str:
             os.unlink(tmp)
 
 
-def set_avx512(on: bool | None) -> bool:
-    """Ask for the products' AVX-512 micro-kernel (``csrc/gemm.c``; the default where the CPU has avx512f, off with
-    ``LETI_AVX512=0`` before the first product) or for the AVX2 one; ``None`` only asks. Returns whether AVX-512 is
-    used."""
+def _setting(symbol: str, value: int) -> int:
+    """Call one of the library's ``int64_t leti_set_*(int64_t)`` switches (a negative value only asks); 0 where the
+    library is unavailable."""
     import ctypes
 
     path = library()
     if path is None:
-        return False
-    f = ctypes.CDLL(str(path)).leti_set_avx512
+        return 0
+    f = getattr(ctypes.CDLL(str(path)), symbol)
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return bool(f(-1 if on is None else int(bool(on))))
+    return int(f(value))
+
+
+def _flag(symbol: str, on: bool | None) -> bool:
+    """Turn one of the library's on/off switches on or off, or only ask (``None``); whether it is on."""
+    return bool(_setting(symbol, -1 if on is None else int(bool(on))))
+
+
+def set_avx512(on: bool | None) -> bool:
+    """Ask for the products' AVX-512 micro-kernel (``csrc/gemm.c``; the default where the CPU has avx512f, off with
+    ``LETI_AVX512=0`` before the first product) or for the AVX2 one; ``None`` only asks. Returns whether AVX-512 is
+    used."""
+    return _flag("leti_set_avx512", on)
 
 
 def set_pair512(on: bool | None) -> bool:
     """Ask for the AVX-512 products' paired-panel tiles (32 columns per tile, ``csrc/gemm.c``; the default, off with
     ``LETI_GEMM_PAIR=0``) or for one panel per tile; ``None`` only asks. Returns whether pairs are used."""
-    import ctypes
-
-    path = library()
-    if path is None:
-        return False
-    f = ctypes.CDLL(str(path)).leti_set_pair512
-    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return bool(f(-1 if on is None else int(bool(on))))
+    return _flag("leti_set_pair512", on)
 
 
 def set_full_k(on: bool | None) -> bool:
     """Ask for the AVX2 products' whole-k row blocks (``csrc/gemm.c``, ``sgemm_full_k``; the default, off with
     ``LETI_GEMM_FULLK=0``) or for the k-blocked order; ``None`` only asks. Returns whether they are used."""
-    import ctypes
-
-    path = library()
-    if path is None:
-        return False
-    f = ctypes.CDLL(str(path)).leti_set_full_k
-    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return bool(f(-1 if on is None else int(bool(on))))
+    return _flag("leti_set_full_k", on)
 
 
 def set_window_units(on: bool | None) -> bool:
     """Ask for a native program's grouped windows on two or more threads split by rows x groups (``csrc/program.c``;
     the default on AVX2 hosts) or by output rows; ``None`` only asks. Returns whether units are used."""
-    import ctypes
-
-    path = library()
-    if path is None:
-        return False
-    f = ctypes.CDLL(str(path)).leti_set_window_units
-    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return bool(f(-1 if on is None else int(bool(on))))
+    return _flag("leti_set_window_units", on)
 
 
 def set_weights_split(percent: int | None) -> int:
     """How large (in percent of its input and output together) a native program's product with more columns than
     rows must have its weights to split its weight panels over the threads instead of its rows (``csrc/program.c``;
     default 120); ``None`` only asks. Returns the value in force (0 where the library is unavailable)."""
-    import ctypes
-
-    path = library()
-    if path is None:
-        return 0
-    f = ctypes.CDLL(str(path)).leti_set_weights_split
-    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return int(f(-1 if percent is None else int(percent)))
+    return int(_setting("leti_set_weights_split", -1 if percent is None else int(percent)))
 
 
 @lru_cache(maxsize=1)
