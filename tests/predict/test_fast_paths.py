@@ -119,7 +119,7 @@ def test_sortable_int_keeps_the_float_order():
 
 
 def test_unique_rows_numbers_distinct_rows_in_order_of_first_appearance():
-    from leti.predict.gcn_infer import _unique_rows
+    from leti.predict.gcn_kernels import unique_rows as _unique_rows
 
     keys = np.array([[5, 1], [2, 2], [5, 1], [9, 0], [2, 2], [0, 0]], np.int64)
     first, ids = _unique_rows(keys)
@@ -172,10 +172,43 @@ def test_fast_gcn_leaves_dead_units_out_of_the_products_exactly(data, monkeypatc
         m.net_.convs[1].bias[:20] = -1.0
     m.fast_ = None
     packed = []
-    take = gi._take_columns
-    monkeypatch.setattr(gi, "_take_columns", lambda buf, keep, out: (packed.append(len(keep)), take(buf, keep, out)))
+    take = gi.take_columns
+    monkeypatch.setattr(gi, "take_columns", lambda buf, keep, out: (packed.append(len(keep)), take(buf, keep, out)))
     monkeypatch.setattr(gi, "_ROWS", 64)  # several blocks per layer
     blas = [(i["filepath"], i["num_threads"]) for i in threadpool_info()]
     np.testing.assert_allclose(m.predict(t), m.torch_predict(t), rtol=1e-5)
     assert packed and min(packed) <= 28  # the 20 dead units were left out (of the products they feed)
     assert [(i["filepath"], i["num_threads"]) for i in threadpool_info()] == blas
+
+
+def test_fast_gcn_leaves_proved_dead_units_out_and_redoes_a_chunk_that_outgrows_the_proof(data, monkeypatch):
+    """Units whose incoming weights are tiny and positive under a negative bias are proved zero and
+    left out of the product that feeds them; a chunk whose states outgrow the norm the proof assumed
+    is redone without it. Both still equal the torch-geometric module."""
+    import torch
+
+    import leti.predict.gcn_infer as gi
+
+    t, y = data
+    m = make_predictor("gcn", hidden=48, epochs=2).fit(t.take(np.arange(200)), y[:200])
+    with torch.no_grad():  # units 0..11 of the third layer: weights 1e-7 (> 0), bias -0.5
+        m.net_.convs[2].lin.weight[:12] = 1e-7
+        m.net_.convs[2].bias[:12] = -0.5
+    m.fast_ = None
+    monkeypatch.setattr(gi, "_ROWS", 64)
+    reference = m.torch_predict(t)
+    np.testing.assert_allclose(m.predict(t), reference, rtol=1e-5)  # the first call learns the norms
+    widths = []
+    sub = gi.DenseGCN._submatrix
+
+    def recorded(self, layer, rows, cols):
+        widths.append((layer, len(cols)))
+        return sub(self, layer, rows, cols)
+
+    monkeypatch.setattr(gi.DenseGCN, "_submatrix", recorded)
+    np.testing.assert_allclose(m.predict(t), reference, rtol=1e-5)
+    assert any(layer == 2 and w <= 36 for layer, w in widths)  # the 12 units were proved dead
+    m.fast_._cap = [np.full_like(c, 1e-3) for c in m.fast_._cap]  # a proof assuming far too small states: redone
+    widths.clear()
+    np.testing.assert_allclose(m.predict(t), reference, rtol=1e-5)
+    assert any(w == 48 for layer, w in widths if layer == 2)  # the redo left nothing out
