@@ -13,7 +13,8 @@ Columns: median ms per run of each peer, of the engine (schemes chosen by pre-in
 products on the AVX2 micro-kernel only (``avx2``: an ablation on a host with avx512f, where the engine's products use
 AVX-512 by default; elsewhere the column is left out; ``--ablation 1panel``: the AVX-512 tiles of one 16-column panel
 in place of the default two; ``--ablation kblocked``, on a host without avx512f: the AVX2 products in the k-blocked
-order in place of whole-k row blocks),
+order in place of whole-k row blocks; ``--ablation fixed``: every thread its fixed part of each step, no chunks taken
+from a slower thread — the same as the engine at one thread),
 of the engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
 convs change scheme) and of plain NumPy (:func:`numpy_runner`: pad + window view copied into the
 im2col matrix + ``np.matmul`` per conv, NumPy sums for depthwise convs and pools); ``best`` is the
@@ -294,18 +295,19 @@ def avx512_available() -> bool:
     return ckernels.set_avx512(None)
 
 
-#: the ablations ``--ablation`` times as the extra engine column: (what the column shows, the ckernels switch and
-#: the engine's default it turns off for the run)
-ABLATIONS = {"avx2": ("AVX2 products only", "set_avx512"),
-             "1panel": ("one-panel AVX-512 products", "set_pair512"),
-             "kblocked": ("k-blocked AVX2 products", "set_full_k")}
+#: the ablations ``--ablation`` times as the extra engine column: (what the column shows, the ckernels switch, the
+#: value that turns the engine's default off for the run, whether it applies on a host with AVX-512 / without)
+ABLATIONS = {"avx2": ("AVX2 products only", "set_avx512", False, (True, False)),
+             "1panel": ("one-panel AVX-512 products", "set_pair512", False, (True, False)),
+             "kblocked": ("k-blocked AVX2 products", "set_full_k", False, (False, True)),
+             "fixed": ("each thread its fixed part of every step (no stolen chunks)", "set_steal_chunks", 1, (True, True))}
 
 
-def ablation_runner(g: Graph, x: np.ndarray, threads: int, switch: str = "set_avx512"):
-    """The engine with one of its product kernels' defaults turned off around each run only (``csrc/gemm.c``):
-    ``set_avx512``, the AVX2 micro-kernel where the CPU has AVX-512; ``set_pair512``, the AVX-512 tiles of one
-    16-column panel instead of two; ``set_full_k``, the k-blocked order of the AVX2 products instead of whole-k row
-    blocks."""
+def ablation_runner(g: Graph, x: np.ndarray, threads: int, switch: str = "set_avx512", off=False):
+    """The engine with one of its kernels' defaults turned off around each run only (``csrc/gemm.c``,
+    ``csrc/program.c``): ``set_avx512``, the AVX2 micro-kernel where the CPU has AVX-512; ``set_pair512``, the AVX-512
+    tiles of one 16-column panel instead of two; ``set_full_k``, the k-blocked order of the AVX2 products instead of
+    whole-k row blocks; ``set_steal_chunks`` at 1, every thread its fixed part of each step."""
     from leti.engine.backends.cpu import ckernels
 
     run, out, s = engine_runner(g, x, threads)
@@ -313,11 +315,12 @@ def ablation_runner(g: Graph, x: np.ndarray, threads: int, switch: str = "set_av
 
     def turned_off(fn):
         def call():
-            flip(False)
+            default = flip(None)
+            flip(off)
             try:
                 return fn()
             finally:
-                flip(True)
+                flip(default)
         return call
 
     return turned_off(run), turned_off(out), s
@@ -509,8 +512,9 @@ def make_runners(data, g, g_opt, files, x, threads, errors, ablation="avx2"):
     if "ncnn" in files:
         add("ncnn", ncnn_runner, files["ncnn"], x, threads)
     add("engine", engine_runner, g, x, threads)
-    if avx512_available() != (ablation == "kblocked"):  # the AVX-512 switches need it; whole-k products run on AVX2
-        add(ablation, lambda *a: ablation_runner(*a, switch=ABLATIONS[ablation][1]), g, x, threads)
+    _, switch, off, applies = ABLATIONS[ablation]
+    if applies[0 if avx512_available() else 1]:  # the AVX-512 switches need it; whole-k products run on AVX2
+        add(ablation, lambda *a: ablation_runner(*a, switch=switch, off=off), g, x, threads)
     add("im2col", lambda *a: engine_runner(*a, conv_scheme="im2col"), g, x, threads)
     add("numpy", numpy_runner, g_opt, x, threads)
     # BLAS thread count per runner (a ctypes call each time): the engine keeps BLAS at one thread

@@ -135,6 +135,29 @@ def test_products_split_by_weight_panels_match_row_splits(rng, split):
 
 
 @needs_program
+@pytest.mark.parametrize("threads", [2, 3])
+def test_steps_cut_into_stolen_chunks_give_the_fixed_split_bit_for_bit(rng, threads):
+    """On two or more threads each step is cut into threads x K chunks that idle threads take from the others
+    (csrc/program.c, ckernels.set_steal_chunks): for K = 1 (fixed parts), 3 and 8 — more chunks than the 1-pixel
+    mean, the 3-row maps or a 2-panel product have parts — the network's output is the same bit for bit, equals the
+    numba steps', and the reference."""
+    g = _network(rng, 1)
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    old = ckernels.set_steal_chunks(None)
+    try:
+        outs = {}
+        for k in (1, 3, 8):
+            assert ckernels.set_steal_chunks(k) == k
+            fused, single = _sessions(g, threads)
+            outs[k] = fused.run({"x": x})[g.outputs[0]]
+    finally:
+        ckernels.set_steal_chunks(old)
+    assert np.array_equal(outs[1], outs[3]) and np.array_equal(outs[1], outs[8])
+    assert np.array_equal(outs[8], single.run({"x": x})[g.outputs[0]])
+    assert rel_err(outs[8], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
 @pytest.mark.parametrize("nb", [1, 2])
 def test_grouped_windows_split_by_rows_and_groups_match_row_splits(rng, nb):
     """At two threads a grouped window splits its rows x groups over the threads (csrc/gemm.c leti_conv_window_units;

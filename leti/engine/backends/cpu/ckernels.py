@@ -152,6 +152,12 @@ def set_window_units(on: bool | None) -> bool:
     return _flag("leti_set_window_units", on)
 
 
+def set_steal_chunks(k: int | None) -> int:
+    """Parts per thread of each native-program step on two or more threads (``csrc/program.c``: a thread runs its
+    own parts, then the parts the others have not started; 1: fixed parts); ``None`` only asks."""
+    return int(_setting("leti_set_steal_chunks", -1 if k is None else int(k)))
+
+
 def set_weights_split(percent: int | None) -> int:
     """How large (in percent of its input and output together) a native program's product with more columns than
     rows must have its weights to split its weight panels over the threads instead of its rows (``csrc/program.c``;

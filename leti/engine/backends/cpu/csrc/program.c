@@ -339,15 +339,25 @@ int64_t leti_set_window_units(int64_t on) {
 }
 
 /* part t of T of step s */
-static void step_part(const int64_t *s, int64_t t, int64_t T) {
+/* Which of `parts` equal parts chunk t of T (a step cut for work stealing, leti_run_program) runs, or -1: the first
+ * chunk of every part, so that a step of fewer parts than chunks still has them spread over the threads' chunks. */
+static inline int64_t part_of(int64_t t, int64_t T, int64_t parts) {
+    int64_t p = t * parts / T;
+    return t == 0 || (t - 1) * parts / T != p ? p : -1;
+}
+
+static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
     switch (s[0]) {
     case STEP_GEMM: { /* m n k a lda bp y ldy bias res act: rows split in multiples of MR, or panels (gemm.py) */
         int64_t m = s[1], n = s[2], k = s[3], lda = s[5], ldy = s[8], act = s[11];
         const float *a = F(4), *bp = F(6), *bias = F(9), *res = F(10);
         float *y = F(7);
         int64_t panels = (n + NR - 1) / NR;
-        int by_rows = panels < T || (m >= 4 * MR * T && (m >= n || 100 * k * n < weights_split * m * (k + n)));
-        int64_t parts = MAX(1, MIN(T, by_rows ? m / MR : panels));
+        int by_rows = panels < threads || (m >= 4 * MR * threads && (m >= n || 100 * k * n < weights_split * m * (k + n)));
+        /* parts of more than 64 rows keep the whole-k order of the product they cut (gemm.c, FULL_MIN_ROWS): the
+         * same sums whatever the number of parts */
+        int64_t parts = MAX(1, MIN(T, by_rows ? (m > 64 ? MAX(threads, m / 72) : m / MR) : panels));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t >= parts) return;
         if (by_rows) {
             int64_t r0 = (t * m / parts) / MR * MR, r1 = t == parts - 1 ? m : ((t + 1) * m / parts) / MR * MR;
@@ -364,6 +374,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_DWCONV: { /* x y w9 bias h wd c oh ow sh sw dh dw pt pl act rows: output rows split */
         int64_t rows = s[17], parts = MAX(1, MIN(T, rows));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts)
             leti_dwconv3x3(F(1), F(2), F(3), F(4), s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
                            s[15], s[16], t * rows / parts, (t + 1) * rows / parts);
@@ -371,17 +382,19 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_PAD: { /* x h wd c xp hp wp pt pl: padded rows split */
         int64_t hp = s[6], parts = MAX(1, MIN(T, hp));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts) leti_pad_nhwc(F(1), s[2], s[3], s[4], F(5), hp, s[7], s[8], s[9], t * hp / parts, (t + 1) * hp / parts);
         return;
     }
     case STEP_WINDOW: { /* src row ci groups kh kw sh sw bp co y ow bias res act oh: output rows split, or rows x groups */
         int64_t oh = s[16], groups = s[4], parts = MAX(1, MIN(T, oh));
-        if (T > 1 && groups > 1 && window_units && !leti_set_avx512(-1)) { /* AVX-512: pairs of groups, rows split */
+        if (threads > 1 && groups > 1 && window_units && !leti_set_avx512(-1)) { /* AVX-512: pairs of groups, rows split */
             int64_t units = oh * groups;
             leti_conv_window_units(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13),
                                    F(14), s[15], t * units / T, (t + 1) * units / T);
             return;
         }
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts)
             leti_conv_window(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13), F(14),
                              s[15], t * oh / parts, (t + 1) * oh / parts);
@@ -399,11 +412,13 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_GEMV: { /* x wp y bias k n act: panels of 16 outputs split */
         int64_t panels = (s[6] + NR - 1) / NR, parts = MAX(1, MIN(T, panels));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts) gemv_panels(F(1), F(2), F(3), F(4), s[5], s[6], s[7], t * panels / parts, (t + 1) * panels / parts);
         return;
     }
     case STEP_IM2COL: { /* x col h wd c kh kw sh sw dh dw pt pl oh ow rows: rows of nb x oh split */
         int64_t rows = s[16], parts = MAX(1, MIN(T, rows));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts)
             im2col_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15],
                         t * rows / parts, (t + 1) * rows / parts);
@@ -411,6 +426,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_POOL: { /* x y h w c oh ow kh kw sh sw pt pl is_max act rows: rows of nb x oh split */
         int64_t rows = s[16], parts = MAX(1, MIN(T, rows));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts) {
             float *tmp = malloc((size_t)(s[4] * s[5] + 8) * sizeof(float));
             if (!tmp) return; /* out of memory: the outputs keep what they held */
@@ -422,6 +438,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_COPY_CHANNELS: { /* src dst pixels n src_stride dst_stride: n floats of each pixel (a channel range) */
         int64_t px = s[3], n = s[4], ss = s[5], ds = s[6], parts = MAX(1, MIN(T, px));
+        if ((t = part_of(t, T, parts)) < 0) return;
         const float *src = F(1);
         float *dst = F(2);
         for (int64_t p = t * px / parts; t < parts && p < (t + 1) * px / parts; ++p)
@@ -430,6 +447,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_UNARY: { /* x y count code alpha beta (float bits): split in multiples of 64 floats */
         int64_t cnt = s[3], blocks = (cnt + 63) / 64, parts = MAX(1, MIN(T, blocks));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts) {
             int32_t ab[2] = {(int32_t)s[5], (int32_t)s[6]};
             float fa, fb;
@@ -441,6 +459,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_BINARY: { /* a b y shift pixels px c bstride mode op act: pixels split */
         int64_t pixels = s[5], parts = MAX(1, MIN(T, pixels));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts)
             leti_binary(F(1), F(2), F(3), F(4), s[6], s[7], s[8], s[9], s[10], s[11], t * pixels / parts,
                         (t + 1) * pixels / parts);
@@ -448,6 +467,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_DWCONV_K: { /* x y w bias h wd c oh ow kh kw sh sw dh dw pt pl act rows: rows split */
         int64_t rows = s[19], parts = MAX(1, MIN(T, rows));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts)
             leti_dwconv(F(1), F(2), F(3), F(4), s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
                         s[15], s[16], s[17], s[18], t * rows / parts, (t + 1) * rows / parts);
@@ -455,11 +475,13 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
     case STEP_SWAP_LAST_TWO: { /* x y lead p q: the lead split */
         int64_t lead = s[3], parts = MAX(1, MIN(T, lead));
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t < parts) leti_swap_last_two(F(1), F(2), s[4], s[5], t * lead / parts, (t + 1) * lead / parts);
         return;
     }
     case STEP_WINOGRAD_IN: { /* x bt v n pt pl th tw alpha h w c r0 cnt: the block's tiles split */
         int64_t cnt = s[14], parts = MAX(1, MIN(T, cnt)), alpha = s[9];
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t >= parts) return;
         int64_t t0 = t * cnt / parts, t1 = (t + 1) * cnt / parts;
 #define WIN(A) wino_in_tiles(A, F(1), F(2), F(3), cnt, s[4], s[5], s[6], s[7], s[8], s[10], s[11], s[12], s[13], t0, t1)
@@ -475,12 +497,14 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     case STEP_WINOGRAD_PRODUCTS: { /* v up m positions cnt ic oc: m[p] = v[p] . U[p], positions split */
         int64_t positions = s[4], cnt = s[5], ic = s[6], oc = s[7], panels = (oc + NR - 1) / NR;
         int64_t parts = MAX(1, MIN(T, positions));
+        if ((t = part_of(t, T, parts)) < 0) return;
         for (int64_t p = t * positions / parts; t < parts && p < (t + 1) * positions / parts; ++p)
             leti_sgemm(cnt, oc, ic, F(1) + p * cnt * ic, ic, F(2) + p * panels * ic * NR, F(3) + p * cnt * oc, oc, 0, 0, 0);
         return;
     }
     case STEP_WINOGRAD_OUT: { /* m at y bias act n alpha th tw oh ow oc r0 cnt: the block's tiles split */
         int64_t cnt = s[14], parts = MAX(1, MIN(T, cnt)), alpha = s[7], n = s[6];
+        if ((t = part_of(t, T, parts)) < 0) return;
         if (t >= parts) return;
         int64_t t0 = t * cnt / parts, t1 = (t + 1) * cnt / parts;
 #define WOUT(A, N) wino_out_tiles(A, N, F(1), F(2), F(3), F(4), s[5], cnt, s[8], s[9], s[10], s[11], s[12], s[13], t0, t1)
@@ -495,25 +519,52 @@ static void step_part(const int64_t *s, int64_t t, int64_t T) {
     }
 }
 
+/* Chunks per thread of each step on more than one thread (leti_set_steal_chunks; 1: each thread its fixed part).
+ * A step's work is cut into threads x steal_chunks parts, thread t owning parts t*K .. t*K+K-1; a thread runs its
+ * own parts first and then takes the parts the other threads have not started (one atomic counter per thread and
+ * step), so a thread that the machine slows (a vCPU the hypervisor shares, another process) no longer holds the
+ * barrier for the whole step. Parts are ranges of rows, panels, pixels or tiles as before, so results are the same
+ * bit for bit; mostly each thread still works on the rows it worked on in the step before. */
+static int64_t steal_chunks = 8;
+int64_t leti_set_steal_chunks(int64_t k) {
+    if (k >= 1) steal_chunks = k;
+    return steal_chunks;
+}
+
+#define COUNTER_STRIDE 8 /* int64 per counter: one cache line each, no false sharing between threads */
+
 /* Run the n steps of prog on `threads` threads (one region, a barrier after every step but the last). */
 void leti_run_program(const int64_t *prog, int64_t n, int64_t threads) {
 #ifdef _OPENMP
     if (threads > 1) {
+        int64_t K = steal_chunks;
+        int64_t *next = K > 1 ? calloc((size_t)(n * threads * COUNTER_STRIDE), sizeof(int64_t)) : 0;
+        if (K > 1 && !next) K = 1;
 #pragma omp parallel num_threads(threads)
         {
             int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
             for (int64_t i = 0; i < n; ++i) {
-                step_part(prog + i * RECORD, t, T);
+                const int64_t *s = prog + i * RECORD;
+                if (K == 1) {
+                    step_part(s, t, T, T);
+                } else {
+                    for (int64_t v = 0; v < T; ++v) { /* its own parts, then the others' */
+                        int64_t u = (t + v) % T, j;
+                        int64_t *counter = next + (i * T + u) * COUNTER_STRIDE;
+                        while ((j = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED)) < K) step_part(s, u * K + j, T * K, T);
+                    }
+                }
                 if (i + 1 < n) {
 #pragma omp barrier
                 }
             }
         }
+        free(next);
         return;
     }
 #endif
     (void)threads;
-    for (int64_t i = 0; i < n; ++i) step_part(prog + i * RECORD, 0, 1);
+    for (int64_t i = 0; i < n; ++i) step_part(prog + i * RECORD, 0, 1, 1);
 }
 
 /* whether the library was built with OpenMP (a program runs on one thread without it) */
