@@ -145,9 +145,11 @@ def test_winograd_kernels_give_the_convolution(rng, n, hw, pads, threads):
     ut = np.ascontiguousarray(u.transpose(0, 2, 1), dtype=np.float32)
     y = np.empty((2, oh, ow, oc), np.float32)
     at32, bt32 = WT.winograd_transforms(at, bt)
-    WT.winograd_input(x, bt32, v, n, pt, pl, th, tw, threads)
+    # r0 (the first tile row) passed as the sessions pass it: an omitted argument would make numba compile a second
+    # specialisation of each transform (about 20 s in a fresh clone) for the same code
+    WT.winograd_input(x, bt32, v, n, pt, pl, th, tw, threads, 0)
     K.batched_gemm(v, ut, m)
-    WT.winograd_output(m, at32, y, bias, True, 1, th, tw, threads)
+    WT.winograd_output(m, at32, y, bias, True, 1, th, tw, threads, 0)
     xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pt), (pl, pl), (0, 0)))
     ref = sum(xp[:, i:i + oh, j:j + ow] @ wt[i, j] for i in range(3) for j in range(3)) + bias
     assert rel_err(y, np.maximum(ref, 0)) < TOL

@@ -156,7 +156,7 @@ def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     proc.wait(timeout=30)
     before = {n: v for n, v in _db_rows(db).items() if v[0] == "ok"}
     assert len(before) >= 8 and not (out / "manifest.json").exists()
-    code, stdout, err = run_leti(capsys, *args, "--budget-minutes", "1.5")  # room for both types on a loaded host
+    code, stdout, err = run_leti(capsys, *args, "--budget-minutes", "1")  # the kill came ~12 s in: room for more
     assert code == 0, err
     after = _db_rows(db)
     assert all(after[n] == v for n, v in before.items())  # every measurement kept as it was
@@ -164,7 +164,7 @@ def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     line = stdout.strip().splitlines()[-1]
     assert line.startswith(f"wrote {out}: ") and "kernels measured (" in line and "CV error per type (MAPE/latency-weighted MAPE): " in line
     minutes = float(line.split(" minutes")[0].rsplit(" ", 1)[1])
-    assert 0.3 < minutes < 2.0  # both runs together, within the budget (and the final fit's slack)
+    assert 0.3 < minutes < 1.5  # both runs together, within the budget (and the final fit's slack)
     table = pd.read_parquet(out / "kernels.parquet")
     assert set(table.kernel_type) == {"conv2d", "hard_swish"} and (table.latency_ms > 0).all()
     assert set(table.runtime) == {"tflite-xnnpack"} and set(table.device) == {"local"}
@@ -198,9 +198,10 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     from leti.predict.kernels.build import build_kernel_predictor
 
     print("load", os.getloadavg())
-    report = build_kernel_predictor("local", tmp_path / "kp", 0.8, kernel_types=["hard_swish", "relu"],
+    # round 0 (twelve cheap kernels) is fitted within seconds: a third of a minute leaves room for further rounds
+    report = build_kernel_predictor("local", tmp_path / "kp", 0.35, kernel_types=["hard_swish", "relu"],
                                     n_calibration=0, n_networks=0, initial_per_type=6, detect=False, seed=1)
-    assert report.rounds >= 2 and report.minutes < 1.1
+    assert report.rounds >= 2 and report.minutes < 0.65  # within the budget and the final fit's slack
     with sqlite3.connect(tmp_path / "kp" / "kernels.sqlite") as c:
         origins = dict(c.execute("SELECT origin, COUNT(*) FROM items WHERE kind='kernel' GROUP BY origin"))
         fitted = [json.loads(cv) for (cv,) in c.execute("SELECT cv FROM rounds WHERE cv IS NOT NULL")]
