@@ -198,10 +198,11 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     from leti.predict.kernels.build import build_kernel_predictor
 
     print("load", os.getloadavg())
-    # round 0 (twelve cheap kernels) is fitted within seconds: a third of a minute leaves room for further rounds
-    report = build_kernel_predictor("local", tmp_path / "kp", 0.35, kernel_types=["hard_swish", "relu"],
+    # round 0 (twelve cheap kernels) is fitted within seconds: half a minute leaves room for further rounds, also
+    # when the other test worker halves this one's speed
+    report = build_kernel_predictor("local", tmp_path / "kp", 0.5, kernel_types=["hard_swish", "relu"],
                                     n_calibration=0, n_networks=0, initial_per_type=6, detect=False, seed=1)
-    assert report.rounds >= 2 and report.minutes < 0.65  # within the budget and the final fit's slack
+    assert report.rounds >= 2 and report.minutes < 0.8  # within the budget and the final fit's slack
     with sqlite3.connect(tmp_path / "kp" / "kernels.sqlite") as c:
         origins = dict(c.execute("SELECT origin, COUNT(*) FROM items WHERE kind='kernel' GROUP BY origin"))
         fitted = [json.loads(cv) for (cv,) in c.execute("SELECT cv FROM rounds WHERE cv IS NOT NULL")]
