@@ -9,7 +9,8 @@
  *
  * A program is n records of RECORD int64 each: the kind, then the kernel's arguments (pointers as
  * integers). Every kind splits its work over the threads as the numba driver of the same kernel does
- * (leti/engine/backends/cpu/gemm.py, dwconv.py), so the results are the same bit for bit.
+ * (leti/engine/backends/cpu/gemm.py, dwconv.py), so the results are the same bit for bit; on more than one thread
+ * the parts are cut into chunks that an idle thread may take from a slower one (leti_run_program).
  * Built with the other kernels into one library (ckernels.py), with OpenMP when the compiler has it
  * (the same libgomp as numba's thread pool, so both share one pool of threads).
  */
@@ -338,7 +339,6 @@ int64_t leti_set_window_units(int64_t on) {
     return window_units;
 }
 
-/* part t of T of step s */
 /* Which of `parts` equal parts chunk t of T (a step cut for work stealing, leti_run_program) runs, or -1: the first
  * chunk of every part, so that a step of fewer parts than chunks still has them spread over the threads' chunks. */
 static inline int64_t part_of(int64_t t, int64_t T, int64_t parts) {
@@ -346,6 +346,8 @@ static inline int64_t part_of(int64_t t, int64_t T, int64_t parts) {
     return t == 0 || (t - 1) * parts / T != p ? p : -1;
 }
 
+/* chunk t of T of step s, on `threads` threads (what a step's split chooses, rows or panels, depends on the threads;
+ * which rows or panels, on t and T) */
 static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
     switch (s[0]) {
     case STEP_GEMM: { /* m n k a lda bp y ldy bias res act: rows split in multiples of MR, or panels (gemm.py) */
