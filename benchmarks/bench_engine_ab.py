@@ -40,6 +40,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--pairs", type=int, default=200)
     args = ap.parse_args()
+    if not args.setting.startswith("set_") or not callable(getattr(ckernels, args.setting, None)):
+        ap.error(f"--setting {args.setting!r} is not one of ckernels' switches: "
+                 f"{', '.join(n for n in dir(ckernels) if n.startswith('set_'))}")
+    missing = [m for m in args.models if not Path(m).is_file()]
+    if missing:
+        ap.error(f"no such model file: {', '.join(missing)}")
     flip = getattr(ckernels, args.setting)
     default = flip(None)
     print(f"{args.setting}: a={args.a} b={args.b}, {args.threads} thread(s), {args.pairs} pairs; "
