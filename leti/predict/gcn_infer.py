@@ -114,6 +114,8 @@ class DenseGCN:
         self._seen = [np.zeros(w.shape[0], np.float32) for w in self._weights_np]
         self._cap = [np.full(w.shape[0], np.inf, np.float32) for w in self._weights_np]
         self._sub: dict[tuple, np.ndarray] = {}  # W[rows][:, cols] of the last few column sets
+        self._units_memo: dict[tuple, np.ndarray] = {}
+        self._cap_version = 0  # counts the caps' changes (the one-cell path keeps the units it proved until then)
 
     def __call__(self, x: np.ndarray, a: np.ndarray, mask: np.ndarray, dtype: str = "float32",
                  workspace: dict | None = None) -> np.ndarray:
@@ -136,6 +138,7 @@ class DenseGCN:
                 self._cap = [np.full_like(cap, np.inf) for cap in self._cap]
                 out = self._shared(x, norm, valid, mm_dtype, ws)
         self._cap = [2.0 * seen for seen in self._seen]  # the next chunks assume values up to twice those seen
+        self._cap_version += 1
         return out
 
     def _shared(self, x: np.ndarray, norm: np.ndarray, valid: np.ndarray, mm_dtype: torch.dtype,
@@ -254,21 +257,50 @@ class DenseGCN:
 
     def _direct(self, x: np.ndarray, norm: np.ndarray, valid: np.ndarray, mm_dtype: torch.dtype) -> np.ndarray:
         """Plain dense layers, for a few cells (state sharing does not pay for its bookkeeping): one
-        product and one small compiled kernel per layer (fewer calls than torch's bmm/add/relu/mul)."""
+        product and one small compiled kernel per layer (fewer calls than torch's bmm/add/relu/mul).
+        In float32 the units proved dead (:meth:`_live_units`) are left out as in the batches: a layer's
+        input is checked against the cap before its product; one over it takes every unit and widens
+        the cap to twice the values seen. So the NAS loop's one-cell calls read ~half the weights."""
         n, v, f = x.shape
-        h = torch.from_numpy(np.ascontiguousarray(x, np.float32).reshape(n * v, f))
+        h = np.ascontiguousarray(x, np.float32).reshape(n * v, f)
         maskf = valid.astype(np.float32)
         last = len(self.weights) - 1
-        for layer, (w, b) in enumerate(zip(self.weights, self._biases_np)):
-            z = self._matmul(h, w, mm_dtype).numpy().reshape(n, v, -1)
+        # Σ_j â_ij ≤ sqrt(d_i) ≤ sqrt(V): a bound for every cell of V vertices, so each layer keeps one set of units
+        spread = float(np.sqrt(v))
+        cols = np.arange(f)
+        for layer, b in enumerate(self._biases_np):
+            units = np.arange(len(b))
+            if mm_dtype != torch.float32:
+                z = self._matmul(torch.from_numpy(h), self.weights[layer], mm_dtype).numpy()
+            else:
+                if layer:
+                    top = h.max(axis=0)
+                    seen, cap = self._seen[layer], self._cap[layer]
+                    seen[cols] = np.maximum(seen[cols], top)
+                    if (top > cap[cols]).any() or not np.isfinite(cap).all():
+                        self._cap[layer], self._cap_version = 2.0 * seen, self._cap_version + 1
+                    else:
+                        units = self._units(layer, cols, spread)
+                w = self._weights_np[0] if layer == 0 else self._submatrix(layer, cols, units)
+                z = torch.matmul(torch.from_numpy(h), torch.from_numpy(w)).numpy()
+            z = z.reshape(n, v, -1)
             if layer == last:
                 s = np.empty((n, v))
-                small_layer_readout(norm, z, b, maskf, self._head_w_np, s)
+                small_layer_readout(norm, z, b[units], maskf, self._head_w_np[units], s)
                 break
             out = np.empty_like(z)
-            small_layer(norm, z, b, maskf, out)
-            h = torch.from_numpy(out.reshape(n * v, -1))
+            small_layer(norm, z, b[units], maskf, out)
+            h, cols = out.reshape(n * v, -1), units
         return self._pool(s, valid)
+
+    def _units(self, layer: int, rows: np.ndarray, spread: float) -> np.ndarray:
+        """:meth:`_live_units` under the layer's cap, kept until a cap changes (one-cell calls repeat them)."""
+        key = (layer, self._cap_version, rows.tobytes(), spread)
+        if key not in self._units_memo:
+            if len(self._units_memo) >= 64:
+                self._units_memo.clear()
+            self._units_memo[key] = self._live_units(layer, rows, spread * self._cap[layer][rows])
+        return self._units_memo[key]
 
     def _pool(self, s: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """The network output from each vertex's readout ``s`` (N, k): the global node's (the last

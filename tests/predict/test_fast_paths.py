@@ -212,3 +212,33 @@ def test_fast_gcn_leaves_proved_dead_units_out_and_redoes_a_chunk_that_outgrows_
     widths.clear()
     np.testing.assert_allclose(m.predict(t), reference, rtol=1e-5)
     assert any(w == 48 for layer, w in widths if layer == 2)  # the redo left nothing out
+
+
+def test_one_cell_calls_leave_proved_dead_units_out_and_widen_the_cap_when_outgrown(data, monkeypatch):
+    """The few-cell path (the NAS loop's one-cell calls) proves the same dead units against caps it learns
+    call by call: its inputs are checked before each product, an input over the cap takes every unit and
+    widens the cap. Every prediction equals the torch-geometric module's."""
+    import torch
+
+    import leti.predict.gcn_infer as gi
+
+    t, y = data
+    m = make_predictor("gcn", hidden=48, epochs=2).fit(t.take(np.arange(200)), y[:200])
+    with torch.no_grad():  # units 0..11 of the third layer: weights 1e-7 (> 0), bias -0.5
+        m.net_.convs[2].lin.weight[:12] = 1e-7
+        m.net_.convs[2].bias[:12] = -0.5
+    m.fast_ = None
+    widths = []
+    sub = gi.DenseGCN._submatrix
+
+    def recorded(self, layer, rows, cols):
+        widths.append((layer, len(cols)))
+        return sub(self, layer, rows, cols)
+
+    monkeypatch.setattr(gi.DenseGCN, "_submatrix", recorded)
+    cells = t.take(np.arange(40))
+    one_by_one = np.array([m.predict(cells.take([i]))[0] for i in range(len(cells))])
+    np.testing.assert_allclose(one_by_one, m.torch_predict(cells), rtol=1e-5)
+    assert any(layer == 2 and w <= 36 for layer, w in widths)  # the 12 units were proved dead
+    assert any(layer == 2 and w == 48 for layer, w in widths)  # before a cap was learnt: every unit
+    assert m.fast_._cap_version > 1  # the caps were widened as inputs outgrew them
