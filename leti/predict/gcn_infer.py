@@ -137,9 +137,14 @@ class DenseGCN:
             except _CapExceeded:  # a state outgrew the cap the dead units were proved with: redo, proving nothing
                 self._cap = [np.full_like(cap, np.inf) for cap in self._cap]
                 out = self._shared(x, norm, valid, mm_dtype, ws)
-        self._cap = [2.0 * seen for seen in self._seen]  # the next chunks assume values up to twice those seen
-        self._cap_version += 1
+        self._widen_caps(range(len(self._cap)))
         return out
+
+    def _widen_caps(self, layers) -> None:
+        """The next calls assume each layer's inputs up to twice the values seen so far."""
+        for layer in layers:
+            self._cap[layer] = 2.0 * self._seen[layer]
+        self._cap_version += 1
 
     def _shared(self, x: np.ndarray, norm: np.ndarray, valid: np.ndarray, mm_dtype: torch.dtype,
                 ws: dict) -> np.ndarray:
@@ -278,7 +283,7 @@ class DenseGCN:
                     seen, cap = self._seen[layer], self._cap[layer]
                     seen[cols] = np.maximum(seen[cols], top)
                     if (top > cap[cols]).any() or not np.isfinite(cap).all():
-                        self._cap[layer], self._cap_version = 2.0 * seen, self._cap_version + 1
+                        self._widen_caps([layer])
                     else:
                         units = self._units(layer, cols, spread)
                 w = self._weights_np[0] if layer == 0 else self._submatrix(layer, cols, units)

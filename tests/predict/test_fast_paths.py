@@ -181,23 +181,23 @@ def test_fast_gcn_leaves_dead_units_out_of_the_products_exactly(data, monkeypatc
     assert [(i["filepath"], i["num_threads"]) for i in threadpool_info()] == blas
 
 
-def test_fast_gcn_leaves_proved_dead_units_out_and_redoes_a_chunk_that_outgrows_the_proof(data, monkeypatch):
-    """Units whose incoming weights are tiny and positive under a negative bias are proved zero and
-    left out of the product that feeds them; a chunk whose states outgrow the norm the proof assumed
-    is redone without it. Both still equal the torch-geometric module."""
+def _gcn_with_provably_dead_units(t, y):
+    """A small GCN whose third layer's units 0..11 have weights 1e-7 (> 0) under a bias of -0.5: zero for every
+    state, and provably so once the inputs' caps are known."""
     import torch
 
-    import leti.predict.gcn_infer as gi
-
-    t, y = data
     m = make_predictor("gcn", hidden=48, epochs=2).fit(t.take(np.arange(200)), y[:200])
-    with torch.no_grad():  # units 0..11 of the third layer: weights 1e-7 (> 0), bias -0.5
+    with torch.no_grad():
         m.net_.convs[2].lin.weight[:12] = 1e-7
         m.net_.convs[2].bias[:12] = -0.5
     m.fast_ = None
-    monkeypatch.setattr(gi, "_ROWS", 64)
-    reference = m.torch_predict(t)
-    np.testing.assert_allclose(m.predict(t), reference, rtol=1e-5)  # the first call learns the norms
+    return m
+
+
+def _record_submatrix_widths(monkeypatch) -> list:
+    """(layer, units kept) of every weight submatrix the fast path takes, from now on."""
+    import leti.predict.gcn_infer as gi
+
     widths = []
     sub = gi.DenseGCN._submatrix
 
@@ -206,6 +206,21 @@ def test_fast_gcn_leaves_proved_dead_units_out_and_redoes_a_chunk_that_outgrows_
         return sub(self, layer, rows, cols)
 
     monkeypatch.setattr(gi.DenseGCN, "_submatrix", recorded)
+    return widths
+
+
+def test_fast_gcn_leaves_proved_dead_units_out_and_redoes_a_chunk_that_outgrows_the_proof(data, monkeypatch):
+    """Units whose incoming weights are tiny and positive under a negative bias are proved zero and
+    left out of the product that feeds them; a chunk whose states outgrow the norm the proof assumed
+    is redone without it. Both still equal the torch-geometric module."""
+    import leti.predict.gcn_infer as gi
+
+    t, y = data
+    m = _gcn_with_provably_dead_units(t, y)
+    monkeypatch.setattr(gi, "_ROWS", 64)
+    reference = m.torch_predict(t)
+    np.testing.assert_allclose(m.predict(t), reference, rtol=1e-5)  # the first call learns the norms
+    widths = _record_submatrix_widths(monkeypatch)
     np.testing.assert_allclose(m.predict(t), reference, rtol=1e-5)
     assert any(layer == 2 and w <= 36 for layer, w in widths)  # the 12 units were proved dead
     m.fast_._cap = [np.full_like(c, 1e-3) for c in m.fast_._cap]  # a proof assuming far too small states: redone
@@ -218,24 +233,9 @@ def test_one_cell_calls_leave_proved_dead_units_out_and_widen_the_cap_when_outgr
     """The few-cell path (the NAS loop's one-cell calls) proves the same dead units against caps it learns
     call by call: its inputs are checked before each product, an input over the cap takes every unit and
     widens the cap. Every prediction equals the torch-geometric module's."""
-    import torch
-
-    import leti.predict.gcn_infer as gi
-
     t, y = data
-    m = make_predictor("gcn", hidden=48, epochs=2).fit(t.take(np.arange(200)), y[:200])
-    with torch.no_grad():  # units 0..11 of the third layer: weights 1e-7 (> 0), bias -0.5
-        m.net_.convs[2].lin.weight[:12] = 1e-7
-        m.net_.convs[2].bias[:12] = -0.5
-    m.fast_ = None
-    widths = []
-    sub = gi.DenseGCN._submatrix
-
-    def recorded(self, layer, rows, cols):
-        widths.append((layer, len(cols)))
-        return sub(self, layer, rows, cols)
-
-    monkeypatch.setattr(gi.DenseGCN, "_submatrix", recorded)
+    m = _gcn_with_provably_dead_units(t, y)
+    widths = _record_submatrix_widths(monkeypatch)
     cells = t.take(np.arange(40))
     one_by_one = np.array([m.predict(cells.take([i]))[0] for i in range(len(cells))])
     np.testing.assert_allclose(one_by_one, m.torch_predict(cells), rtol=1e-5)

@@ -360,7 +360,6 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
          * same sums whatever the number of parts */
         int64_t parts = MAX(1, MIN(T, by_rows ? (m > 64 ? MAX(threads, m / 72) : m / MR) : panels));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t >= parts) return;
         if (by_rows) {
             int64_t r0 = (t * m / parts) / MR * MR, r1 = t == parts - 1 ? m : ((t + 1) * m / parts) / MR * MR;
             leti_sgemm(r1 - r0, n, k, a + r0 * lda, lda, bp, y + r0 * ldy, ldy, bias, res ? res + r0 * ldy : 0, act);
@@ -377,15 +376,14 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
     case STEP_DWCONV: { /* x y w9 bias h wd c oh ow sh sw dh dw pt pl act rows: output rows split */
         int64_t rows = s[17], parts = MAX(1, MIN(T, rows));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts)
-            leti_dwconv3x3(F(1), F(2), F(3), F(4), s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
-                           s[15], s[16], t * rows / parts, (t + 1) * rows / parts);
+        leti_dwconv3x3(F(1), F(2), F(3), F(4), s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
+                       s[15], s[16], t * rows / parts, (t + 1) * rows / parts);
         return;
     }
     case STEP_PAD: { /* x h wd c xp hp wp pt pl: padded rows split */
         int64_t hp = s[6], parts = MAX(1, MIN(T, hp));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts) leti_pad_nhwc(F(1), s[2], s[3], s[4], F(5), hp, s[7], s[8], s[9], t * hp / parts, (t + 1) * hp / parts);
+        leti_pad_nhwc(F(1), s[2], s[3], s[4], F(5), hp, s[7], s[8], s[9], t * hp / parts, (t + 1) * hp / parts);
         return;
     }
     case STEP_WINDOW: { /* src row ci groups kh kw sh sw bp co y ow bias res act oh: output rows split, or rows x groups */
@@ -397,9 +395,8 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
             return;
         }
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts)
-            leti_conv_window(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13), F(14),
-                             s[15], t * oh / parts, (t + 1) * oh / parts);
+        leti_conv_window(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13), F(14),
+                         s[15], t * oh / parts, (t + 1) * oh / parts);
         return;
     }
     case STEP_MEAN: /* x y nb p c: one thread (a few thousand additions) */
@@ -415,27 +412,24 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
     case STEP_GEMV: { /* x wp y bias k n act: panels of 16 outputs split */
         int64_t panels = (s[6] + NR - 1) / NR, parts = MAX(1, MIN(T, panels));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts) gemv_panels(F(1), F(2), F(3), F(4), s[5], s[6], s[7], t * panels / parts, (t + 1) * panels / parts);
+        gemv_panels(F(1), F(2), F(3), F(4), s[5], s[6], s[7], t * panels / parts, (t + 1) * panels / parts);
         return;
     }
     case STEP_IM2COL: { /* x col h wd c kh kw sh sw dh dw pt pl oh ow rows: rows of nb x oh split */
         int64_t rows = s[16], parts = MAX(1, MIN(T, rows));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts)
-            im2col_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15],
-                        t * rows / parts, (t + 1) * rows / parts);
+        im2col_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15],
+                    t * rows / parts, (t + 1) * rows / parts);
         return;
     }
     case STEP_POOL: { /* x y h w c oh ow kh kw sh sw pt pl is_max act rows: rows of nb x oh split */
         int64_t rows = s[16], parts = MAX(1, MIN(T, rows));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts) {
-            float *tmp = malloc((size_t)(s[4] * s[5] + 8) * sizeof(float));
-            if (!tmp) return; /* out of memory: the outputs keep what they held */
-            pool_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], (int)s[14],
-                      s[15], tmp, t * rows / parts, (t + 1) * rows / parts);
-            free(tmp);
-        }
+        float *tmp = malloc((size_t)(s[4] * s[5] + 8) * sizeof(float));
+        if (!tmp) return; /* out of memory: the outputs keep what they held */
+        pool_rows(F(1), F(2), s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], (int)s[14],
+                  s[15], tmp, t * rows / parts, (t + 1) * rows / parts);
+        free(tmp);
         return;
     }
     case STEP_COPY_CHANNELS: { /* src dst pixels n src_stride dst_stride: n floats of each pixel (a channel range) */
@@ -443,48 +437,43 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
         if ((t = part_of(t, T, parts)) < 0) return;
         const float *src = F(1);
         float *dst = F(2);
-        for (int64_t p = t * px / parts; t < parts && p < (t + 1) * px / parts; ++p)
+        for (int64_t p = t * px / parts; p < (t + 1) * px / parts; ++p)
             memcpy(dst + p * ds, src + p * ss, (size_t)n * sizeof(float));
         return;
     }
     case STEP_UNARY: { /* x y count code alpha beta (float bits): split in multiples of 64 floats */
         int64_t cnt = s[3], blocks = (cnt + 63) / 64, parts = MAX(1, MIN(T, blocks));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts) {
-            int32_t ab[2] = {(int32_t)s[5], (int32_t)s[6]};
-            float fa, fb;
-            memcpy(&fa, ab, 4);
-            memcpy(&fb, ab + 1, 4);
-            leti_unary(F(1), F(2), s[4], fa, fb, t * blocks / parts * 64, MIN(cnt, (t + 1) * blocks / parts * 64));
-        }
+        int32_t ab[2] = {(int32_t)s[5], (int32_t)s[6]};
+        float fa, fb;
+        memcpy(&fa, ab, 4);
+        memcpy(&fb, ab + 1, 4);
+        leti_unary(F(1), F(2), s[4], fa, fb, t * blocks / parts * 64, MIN(cnt, (t + 1) * blocks / parts * 64));
         return;
     }
     case STEP_BINARY: { /* a b y shift pixels px c bstride mode op act: pixels split */
         int64_t pixels = s[5], parts = MAX(1, MIN(T, pixels));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts)
-            leti_binary(F(1), F(2), F(3), F(4), s[6], s[7], s[8], s[9], s[10], s[11], t * pixels / parts,
-                        (t + 1) * pixels / parts);
+        leti_binary(F(1), F(2), F(3), F(4), s[6], s[7], s[8], s[9], s[10], s[11], t * pixels / parts,
+                    (t + 1) * pixels / parts);
         return;
     }
     case STEP_DWCONV_K: { /* x y w bias h wd c oh ow kh kw sh sw dh dw pt pl act rows: rows split */
         int64_t rows = s[19], parts = MAX(1, MIN(T, rows));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts)
-            leti_dwconv(F(1), F(2), F(3), F(4), s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
-                        s[15], s[16], s[17], s[18], t * rows / parts, (t + 1) * rows / parts);
+        leti_dwconv(F(1), F(2), F(3), F(4), s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
+                    s[15], s[16], s[17], s[18], t * rows / parts, (t + 1) * rows / parts);
         return;
     }
     case STEP_SWAP_LAST_TWO: { /* x y lead p q: the lead split */
         int64_t lead = s[3], parts = MAX(1, MIN(T, lead));
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t < parts) leti_swap_last_two(F(1), F(2), s[4], s[5], t * lead / parts, (t + 1) * lead / parts);
+        leti_swap_last_two(F(1), F(2), s[4], s[5], t * lead / parts, (t + 1) * lead / parts);
         return;
     }
     case STEP_WINOGRAD_IN: { /* x bt v n pt pl th tw alpha h w c r0 cnt: the block's tiles split */
         int64_t cnt = s[14], parts = MAX(1, MIN(T, cnt)), alpha = s[9];
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t >= parts) return;
         int64_t t0 = t * cnt / parts, t1 = (t + 1) * cnt / parts;
 #define WIN(A) wino_in_tiles(A, F(1), F(2), F(3), cnt, s[4], s[5], s[6], s[7], s[8], s[10], s[11], s[12], s[13], t0, t1)
         switch (alpha) {
@@ -500,14 +489,13 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
         int64_t positions = s[4], cnt = s[5], ic = s[6], oc = s[7], panels = (oc + NR - 1) / NR;
         int64_t parts = MAX(1, MIN(T, positions));
         if ((t = part_of(t, T, parts)) < 0) return;
-        for (int64_t p = t * positions / parts; t < parts && p < (t + 1) * positions / parts; ++p)
+        for (int64_t p = t * positions / parts; p < (t + 1) * positions / parts; ++p)
             leti_sgemm(cnt, oc, ic, F(1) + p * cnt * ic, ic, F(2) + p * panels * ic * NR, F(3) + p * cnt * oc, oc, 0, 0, 0);
         return;
     }
     case STEP_WINOGRAD_OUT: { /* m at y bias act n alpha th tw oh ow oc r0 cnt: the block's tiles split */
         int64_t cnt = s[14], parts = MAX(1, MIN(T, cnt)), alpha = s[7], n = s[6];
         if ((t = part_of(t, T, parts)) < 0) return;
-        if (t >= parts) return;
         int64_t t0 = t * cnt / parts, t1 = (t + 1) * cnt / parts;
 #define WOUT(A, N) wino_out_tiles(A, N, F(1), F(2), F(3), F(4), s[5], cnt, s[8], s[9], s[10], s[11], s[12], s[13], t0, t1)
         if (alpha == 4 && n == 2) WOUT(4, 2);
