@@ -13,12 +13,15 @@ Columns: median ms per run of each peer, of the engine (schemes chosen by pre-in
 products on the AVX2 micro-kernel only (``avx2``: an ablation on a host with avx512f, where the engine's products use
 AVX-512 by default; elsewhere the column is left out; ``--ablation 1panel``: the AVX-512 tiles of one 16-column panel
 in place of the default two; ``--ablation kblocked``, on a host without avx512f: the AVX2 products in the k-blocked
-order in place of whole-k row blocks; ``--ablation fixed``: every thread its fixed part of each step, no chunks taken
-from a slower thread — the same as the engine at one thread),
+order in place of whole-k row blocks; ``--ablation 1panel2``, without avx512f: the AVX2 tiles of one 16-column panel in
+place of the default pairs of full panels; ``--ablation fixed``: every thread its fixed part of each step, no chunks
+taken from a slower thread — the same as the engine at one thread),
 of the engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
 convs change scheme) and of plain NumPy (:func:`numpy_runner`: pad + window view copied into the
 im2col matrix + ``np.matmul`` per conv, NumPy sums for depthwise convs and pools); ``best`` is the
-fastest peer, ``x best`` = engine / best peer, ``x im2col`` and ``x numpy`` = engine / those baselines,
+fastest peer (by its median), ``x best`` = engine / best peer, ``x im2col`` and ``x numpy`` = engine / those
+baselines, each the median over rounds of the two times of one round (since session 28; the ratio of the two medians
+before, which kept the host's drift between rounds),
 ``rel.err`` the engine's largest relative error against TFLite (a peer off by more than 1e-3 is
 dropped and named at the end).
 The machine is shared: engines are interleaved (``--rounds`` rounds, each engine timed ``--runs``
@@ -300,14 +303,16 @@ def avx512_available() -> bool:
 ABLATIONS = {"avx2": ("AVX2 products only", "set_avx512", False, (True, False)),
              "1panel": ("one-panel AVX-512 products", "set_pair512", False, (True, False)),
              "kblocked": ("k-blocked AVX2 products", "set_full_k", False, (False, True)),
-             "fixed": ("each thread its fixed part of every step (no stolen chunks)", "set_steal_chunks", 1, (True, True))}
+             "fixed": ("each thread its fixed part of every step (no stolen chunks)", "set_steal_chunks", 1, (True, True)),
+             "1panel2": ("one-panel AVX2 tiles", "set_pair_panels", False, (False, True))}
 
 
 def ablation_runner(g: Graph, x: np.ndarray, threads: int, switch: str = "set_avx512", off=False):
     """The engine with one of its kernels' defaults turned off around each run only (``csrc/gemm.c``,
     ``csrc/program.c``): ``set_avx512``, the AVX2 micro-kernel where the CPU has AVX-512; ``set_pair512``, the AVX-512
     tiles of one 16-column panel instead of two; ``set_full_k``, the k-blocked order of the AVX2 products instead of
-    whole-k row blocks; ``set_steal_chunks`` at 1, every thread its fixed part of each step."""
+    whole-k row blocks; ``set_steal_chunks`` at 1, every thread its fixed part of each step; ``set_pair_panels``, the
+    AVX2 tiles of one 16-column panel instead of two."""
     from leti.engine.backends.cpu import ckernels
 
     run, out, s = engine_runner(g, x, threads)
@@ -517,22 +522,28 @@ def make_runners(data, g, g_opt, files, x, threads, errors, ablation="avx2"):
         add(ablation, lambda *a: ablation_runner(*a, switch=switch, off=off), g, x, threads)
     add("im2col", lambda *a: engine_runner(*a, conv_scheme="im2col"), g, x, threads)
     add("numpy", numpy_runner, g_opt, x, threads)
-    # BLAS thread count per runner (a ctypes call each time): the engine keeps BLAS at one thread
-    # inside its own pool, the NumPy baseline uses BLAS's threads; the peers do not use OpenBLAS.
+    # BLAS threads: the engine keeps BLAS at one thread inside its own pool (its C kernels use none), the NumPy
+    # baseline uses BLAS's threads and sets them back to one after each run, so that only the baseline pays the
+    # ctypes calls (~0.05 ms a run; until session 28 every engine column paid them too); the peers use no OpenBLAS.
     from threadpoolctl import ThreadpoolController
 
     blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+    for c in blas:
+        c.set_num_threads(1)
 
     def with_blas(fn, n):
         def run():
             for c in blas:
                 c.set_num_threads(n)
-            fn()
+            try:
+                fn()
+            finally:
+                for c in blas:
+                    c.set_num_threads(1)
         return run
 
-    for k in ("engine", ablation, "im2col", "numpy"):
-        if k in runners:
-            runners[k] = (with_blas(runners[k][0], threads if k == "numpy" else 1), runners[k][1])
+    if "numpy" in runners:
+        runners["numpy"] = (with_blas(runners["numpy"][0], threads), runners["numpy"][1])
     return runners
 
 
@@ -540,7 +551,7 @@ def make_runners(data, g, g_opt, files, x, threads, errors, ablation="avx2"):
 PAUSE_S = 0.05
 
 
-def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> dict[str, float]:
+def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> tuple[dict[str, float], dict]:
     for fn, _ in runners.values():
         for _ in range(warmup):
             fn()
@@ -562,7 +573,13 @@ def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> 
                 fn()
                 ts.append(time.perf_counter() - t0)
             per[k].append(np.median(ts))
-    return {k: float(np.median(v) * 1e3) for k, v in per.items()}
+    return {k: float(np.median(v) * 1e3) for k, v in per.items()}, per
+
+
+def paired_ratio(per: dict, a: str, b: str) -> float:
+    """The median over rounds of a's time over b's in the same round: the host's drift between rounds (this VM's
+    speed moves by up to 1.5x within minutes) cancels, where a ratio of the two overall medians keeps it."""
+    return float(np.median(np.array(per[a]) / np.array(per[b])))
 
 
 def main() -> None:
@@ -580,8 +597,9 @@ def main() -> None:
     ap.add_argument("--resnet50", action="store_true", help="also ResNet50 (slow to convert)")
     ap.add_argument("--regnet", action="store_true", help="also RegNetX-200MF (grouped convolutions)")
     ap.add_argument("--ablation", choices=sorted(ABLATIONS), default="avx2",
-                    help="the extra engine column where the CPU has AVX-512: avx2 (products on the AVX2 kernel) or "
-                         "1panel (AVX-512 tiles of one 16-column panel)")
+                    help="the extra engine column: where the CPU has AVX-512, avx2 (products on the AVX2 kernel) or "
+                         "1panel (AVX-512 tiles of one 16-column panel); without it, kblocked (k-blocked AVX2 "
+                         "products) or 1panel2 (AVX2 tiles of one panel); fixed (no stolen chunks) on both")
     args = ap.parse_args()
     from leti.engine.backends.cpu import blas
 
@@ -616,20 +634,21 @@ def main() -> None:
                 for k in bad:
                     errors.setdefault(f"{k} on {name}", f"output differs from TFLite (rel. err {err[k]:.1e}); dropped")
                     runners.pop(k)
-                t = time_interleaved(runners, args.runs, args.rounds)
+                t, per = time_interleaved(runners, args.runs, args.rounds)
                 peers = {k: t[k] for k in PEERS if k in t}
                 if not peers or "engine" not in t:
                     print(f"{name}: no peer or no engine ran: {errors}")
                     continue
                 best = min(peers, key=peers.get)
                 cells = " ".join(f"{t[c]:8.2f}" if c in t else f"{'n/a':>8s}" for c in cols)
-                line = (f"{name:28s} {threads:3d} {cells} {best[:8]:>8s} {t['engine'] / peers[best]:6.2f} "
-                        f"{t['engine'] / t['im2col']:8.2f} {t['engine'] / t['numpy']:7.2f}  "
+                x_best = paired_ratio(per, "engine", best)
+                line = (f"{name:28s} {threads:3d} {cells} {best[:8]:>8s} {x_best:6.2f} "
+                        f"{paired_ratio(per, 'engine', 'im2col'):8.2f} {paired_ratio(per, 'engine', 'numpy'):7.2f}  "
                         f"{max(err[k] for k in ('engine', ablation, 'im2col') if k in err):.1e}")
                 rows.append(line)
-                worst.append((t["engine"] / peers[best], name, threads))
+                worst.append((x_best, name, threads))
                 if ablation in t:
-                    worst_ablation.append((t[ablation] / peers[best], name, threads))
+                    worst_ablation.append((paired_ratio(per, ablation, best), name, threads))
                 print(line if len(rows) > 1 else hdr + "\n" + line, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     for k, v in errors.items():

@@ -280,3 +280,40 @@ def test_leti_grouped_window_matches_per_group_convolutions(rng, threads, h, wd,
     ref = np.concatenate([_conv_ref(x[..., g * ci:(g + 1) * ci], w[..., g * co:(g + 1) * co], b[g * co:(g + 1) * co],
                                     stride, pads, out_hw, 1) for g in range(groups)], axis=-1)
     assert rel_err(y, ref) < TOL
+
+
+@needs_leti
+@pytest.mark.parametrize("rows, k, n", [
+    (300, 40, 152),   # whole-k row blocks: four pairs, one panel, a half panel over 12-row tiles
+    (71, 300, 64),    # 71 rows: whole-k blocks of 6-row tiles and a 5-row one (3 + 2)
+    (1000, 16, 96),   # MobileNet v2's first product: three pairs, rows in tiles of 6 split 3 + 3
+    (67, 30, 48),     # 67 rows: tiles of 6 rows and a last one of 1 row
+])
+def test_pairs_of_panels_give_the_one_panel_tiles_bit_for_bit(rng, rows, k, n):
+    """The AVX2 tiles of two full panels (csrc/gemm.c, micro_pair) sum every element's products in the order of the
+    one-panel tiles, so turning them off (ckernels.set_pair_panels) must change no bit, in products with a bias, an
+    activation and a residual and in a window convolution."""
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((rows, n)).astype(np.float32)
+    x = rng.standard_normal((1, 9, 31, 3)).astype(np.float32)
+    wc = rng.standard_normal((3, 3, 3, n)).astype(np.float32)
+    was512, was = ckernels.set_avx512(None), ckernels.set_pair_panels(None)
+    prod, conv = {}, {}
+    try:
+        ckernels.set_avx512(False)
+        for on in (True, False):
+            assert ckernels.set_pair_panels(on) == on
+            prod[on] = np.full((rows, n), np.nan, np.float32)
+            G.gemm_leti_bias_act(a, ckernels.pack(w), prod[on], ckernels.pad_bias(bias, n), True, 1, 1, res, True)
+            xp = np.full((9, 31, 3), np.nan, np.float32)
+            conv[on] = np.full((1, 4, 15, n), np.nan, np.float32)
+            G.conv_window_leti(x, xp, ckernels.pack(wc.reshape(27, n)), conv[on], ckernels.pad_bias(bias, n), True,
+                               np.zeros((1, 1), np.float32), False, 1, 3, 3, 2, 2, 0, 0, 2, 1)
+    finally:
+        ckernels.set_avx512(was512)
+        ckernels.set_pair_panels(was)
+    assert rel_err(prod[True], np.maximum(_ref(a, w, bias, 0) + res, 0)) < TOL
+    assert rel_err(conv[True], _conv_ref(x, wc, bias, (2, 2), (0, 0), (4, 15), 2, None)) < TOL
+    assert np.array_equal(prod[True], prod[False]) and np.array_equal(conv[True], conv[False])
