@@ -152,9 +152,9 @@ static void micro_h12(int64_t kc, const float *restrict a, int64_t lda, const fl
 }
 
 /* Three rows x two full panels (32 columns) in the same twelve accumulators as micro's 6 x 16: per k step three
- * broadcasts of a and four loads of B instead of six and two. Equal on this Zen 3 when the core is ours alone, but
- * when the host runs another tenant on the core's other hardware thread (most of the time here) the leaner k step
- * is 1.1-1.45x faster (12544 x 16 x 96: 0.85x the time, 3136 x 24 x 144: 0.81x; bench_cpu_gemm.py) - as ONNX
+ * broadcasts of a and four loads of B instead of six and two. Within +-4 % on this Zen 3 when the core is ours
+ * alone, but when the host runs another tenant on the core's other hardware thread the leaner k step takes 0.85-0.95x
+ * the time (12544 x 32 x 64, 784 x 32 x 192, 3136 x 24 x 144; bench_cpu_gemm.py, docs/engine.md) - like ONNX
  * Runtime's NCHWc kernels, which broadcast one input per four weight vectors. It reads a as micro (kh = nsub = 1,
  * seglen = k) or as micro_window (the window's segments); panel two is pstride floats after panel one. Each element
  * sums the same products in the same order as micro, so the outputs are the same bit for bit. */
