@@ -238,6 +238,9 @@ def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):
     (1, 8, 8, 6, 8, (1, 1), (2, 2), (0, 0), (4, 4), 1, True, False),      # a strided 1x1: reads x in place, no copy
     (1, 5, 50, 3, 48, (3, 3), (1, 1), (1, 1), (5, 50), 2, True, True),    # 10-pixel tiles; a pair, then one panel
     (1, 3, 23, 2, 33, (1, 3), (1, 1), (0, 1), (3, 23), 1, False, True),   # 12 + 11 pixels; one column past a pair
+    (1, 4, 17, 5, 28, (3, 3), (1, 1), (1, 1), (4, 17), 2, True, True),    # a panel, then one of 12 columns (no pair)
+    (1, 6, 26, 4, 56, (1, 1), (2, 2), (0, 0), (3, 13), 1, True, True),    # RegNet's strided 1x1: a pair, a panel, and
+                                                                           # a half panel over 13 pixels (7 + 6)
 ])
 def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, stride, pads, out_hw, act, has_bias,
                                          has_res):

@@ -639,8 +639,8 @@ micro_window_h12(const int mr, int64_t kh, int64_t nsub, int64_t seglen, int64_t
     STOREH(10) STOREH(11)
 }
 
-#define WINDOW12(mr) \
-    micro_window_h12(mr, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bp, yq, ldy, n, bias, rs, act)
+#define HALF12(mr) \
+    micro_window_h12(mr, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bh, yq, ldy, hn, biash, rs, act)
 
 #define WINDOW(mr, half) \
     micro_window(mr, half, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, yq, ldy, nr, bs, rs, act)
@@ -667,52 +667,64 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
     }
     int64_t panels = (n + NR - 1) / NR, k = kh * kw * ci, row_stride = wp * cs, lda = sw * cs;
     int64_t nsub = cs == ci ? 1 : kw, seglen = cs == ci ? kw * ci : ci, sub_stride = cs;
+    /* a last panel of at most 8 columns (n = 8, 24, 56, 152: RegNet) runs apart from the full ones, one vector of
+     * columns over tiles of 7-12 pixels while 7 or more are left, balanced (a 14-pixel row as 7 + 7, not 12 + a 2-pixel
+     * tile whose two accumulators wait on the FMA latency: RegNetX-200MF 1.1-1.6 % faster at one thread, session 25);
+     * until session 28 only n <= 8 did, and a half panel after full ones ran micro_window's six accumulators */
+    int64_t qh = panels - 1, hn = n - qh * NR, full = hn <= 8 ? qh : panels;
+    const float *bh = bp + qh * k * NR, *biash = bias ? bias + qh * NR : 0;
     for (int64_t oy = r0; oy < r1; ++oy) {
         const float *xrow = xp + oy * sh * wp * cs;
         int64_t i = 0;
-        /* one vector of columns: tiles of 7-12 pixels while 7 or more are left, balanced (a 14-pixel row as 7 + 7,
-         * not 12 + a 2-pixel tile whose two accumulators wait on the FMA latency: RegNetX-200MF 1.1-1.6 % faster
-         * at one thread, session 25) */
-        if (n <= 8)
+        if (full < panels) {
             for (int64_t rows; ow - i > MR; i += rows) {
                 int64_t left = ow - i, tiles_left = (left + 2 * MR - 1) / (2 * MR);
                 rows = (left + tiles_left - 1) / tiles_left;
-                int64_t off = (oy * ow + i) * ldy;
+                int64_t off = (oy * ow + i) * ldy + qh * NR;
                 const float *ai = xrow + i * lda, *rs = res ? res + off : 0;
                 float *yq = y + off;
                 switch (rows) {
-                case 12: WINDOW12(12); break;
-                case 11: WINDOW12(11); break;
-                case 10: WINDOW12(10); break;
-                case 9: WINDOW12(9); break;
-                case 8: WINDOW12(8); break;
-                default: WINDOW12(7); break;
+                case 12: HALF12(12); break;
+                case 11: HALF12(11); break;
+                case 10: HALF12(10); break;
+                case 9: HALF12(9); break;
+                case 8: HALF12(8); break;
+                default: HALF12(7); break;
                 }
             }
-        for (int64_t rows; i < ow; i += rows) {
-            int64_t left = ow - i, tiles_left = (left + MR - 1) / MR;
+            for (int64_t rows; i < ow; i += rows) { /* the last 1-6 pixels */
+                int64_t left = ow - i, tiles_left = (left + MR - 1) / MR;
+                rows = (left + tiles_left - 1) / tiles_left;
+                int64_t off = (oy * ow + i) * ldy + qh * NR;
+                const float *ai = xrow + i * lda, *rs = res ? res + off : 0, *bq = bh, *bs = biash;
+                float *yq = y + off;
+                int64_t nr = hn;
+                switch (rows) {
+                case 6: WINDOW(6, 1); break;
+                case 5: WINDOW(5, 1); break;
+                case 4: WINDOW(4, 1); break;
+                case 3: WINDOW(3, 1); break;
+                case 2: WINDOW(2, 1); break;
+                default: WINDOW(1, 1); break;
+                }
+            }
+        }
+        if (full == 0) continue;
+        for (int64_t rows, j = 0; j < ow; j += rows) {
+            int64_t left = ow - j, tiles_left = (left + MR - 1) / MR;
             rows = (left + tiles_left - 1) / tiles_left; /* balanced, as the products' row tiles */
-            const float *ai = xrow + i * lda;
-            for (int64_t q = 0, step; q < panels; q += step) {
+            const float *ai = xrow + j * lda;
+            for (int64_t q = 0, step; q < full; q += step) {
                 step = pair_panels && (q + 2) * NR <= n ? 2 : 1; /* two full panels: micro_pair */
-                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
                 const float *bq = bp + q * k * NR;
-                int64_t off = (oy * ow + i) * ldy + q * NR;
+                int64_t off = (oy * ow + j) * ldy + q * NR;
                 float *yq = y + off;
                 const float *bs = bias ? bias + q * NR : 0;
                 const float *rs = res ? res + off : 0;
+                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
                 if (step == 2) {
                     pair_tile(rows, 1, 1, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, k * NR, yq, ldy, bs, rs,
                               act, 0, 0);
-                } else if (nr <= 8) {
-                    switch (rows) {
-                    case 6: WINDOW(6, 1); break;
-                    case 5: WINDOW(5, 1); break;
-                    case 4: WINDOW(4, 1); break;
-                    case 3: WINDOW(3, 1); break;
-                    case 2: WINDOW(2, 1); break;
-                    default: WINDOW(1, 1); break;
-                    }
                 } else {
                     switch (rows) {
                     case 6: WINDOW(6, 0); break;
