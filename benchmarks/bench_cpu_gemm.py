@@ -3,9 +3,9 @@ MKL's SGEMM (torch's bundled MKL, see ``leti/engine/backends/cpu/blas.py``) and 
 weights column-major), each as the engine runs it: row (or panel) blocks in numba's pool, BLAS held to
 one thread per block, with the bias + ReLU6 epilogue. Shapes: MobileNet v2 224's pointwise convolutions, ResNet50's and NB101's
 larger products (an im2col included). Timings are interleaved per shape so that CPU drift hits every
-path alike; the figure per shape is the median. A path that is unavailable prints ``n/a``. ``leti1p`` is LETI's kernel
-with one panel per AVX2 tile (``ckernels.set_pair_panels(False)``); ``1p/leti`` is the median of its per-round time
-ratios to the default tiles of two full panels.
+path alike; the figure per shape is the median. A path that is unavailable prints ``n/a``. ``narrow`` is LETI's kernel
+with one panel per AVX2 tile (``ckernels.set_pair_panels(False)``, ``set_wide_tail(False)``); ``narrow/leti`` is the
+median of its per-round time ratios to the default tiles (two full panels, 4 x 24 over a last panel and a half one).
 
     .venv/bin/python benchmarks/bench_cpu_gemm.py [--threads 1] [--rounds 15]
 """
@@ -35,8 +35,10 @@ SHAPES = [(112 * 112, 32, 16), (112 * 112, 16, 96), (56 * 56, 96, 24), (56 * 56,
 
 
 def paired_panels(on: bool, fn) -> None:
-    """fn with the AVX2 tiles of two full panels on or off (``ckernels.set_pair_panels``; both paths pay the switch)"""
+    """fn with the AVX2 tiles wider than one panel on or off (``ckernels.set_pair_panels``, ``set_wide_tail``; both
+    paths pay the switches)"""
     ckernels.set_pair_panels(on)
+    ckernels.set_wide_tail(on)
     fn()
 
 
@@ -48,15 +50,15 @@ def main() -> None:
     numba.set_num_threads(args.threads)
     threadpool_limits(1, user_api="blas")  # as the engine runs them: one BLAS thread per numba block
     rng = np.random.default_rng(0)
-    paths = ["leti", "leti1p", "mkl", "openblas"]
+    paths = ["leti", "narrow", "mkl", "openblas"]
     lib = ckernels.library() is not None
-    avail = {"leti": lib, "leti1p": lib, "mkl": blas.mkl() is not None, "openblas": True}
+    avail = {"leti": lib, "narrow": lib, "mkl": blas.mkl() is not None, "openblas": True}
     print(f"load average before: {os.getloadavg()[0]:.2f}; threads {args.threads}; GFLOP/s per path "
           f"(median of {args.rounds} interleaved rounds)")
     for p in paths:
         if not avail[p]:
             print(f"n/a {p}: {ckernels.reason if p.startswith('leti') else 'no MKL (torch without MKL, or LETI_BLAS)'}")
-    print(f"{'rows':>6} {'k':>5} {'n':>5} " + " ".join(f"{p:>9}" for p in paths) + f" {'mkl/leti':>9} {'1p/leti':>8}")
+    print(f"{'rows':>6} {'k':>5} {'n':>5} " + " ".join(f"{p:>9}" for p in paths) + f" {'mkl/leti':>9} {'narrow/leti':>11}")
     total = dict.fromkeys(paths, 0.0)
     for m, k, n in SHAPES:
         a = rng.standard_normal((m, k)).astype(np.float32)
@@ -67,7 +69,7 @@ def main() -> None:
         if avail["mkl"]:
             run["mkl"] = partial(K.gemm_mkl_bias_act, a, w, y["mkl"], bias, True, 2, args.threads, blas.ONE_THREAD)
         if avail["leti"]:
-            for p, pairs in (("leti", True), ("leti1p", False)):
+            for p, pairs in (("leti", True), ("narrow", False)):
                 run[p] = partial(paired_panels, pairs, partial(G.gemm_leti_bias_act, a, ckernels.pack(w), y[p],
                                                                ckernels.pad_bias(bias, n), True, 2, args.threads,
                                                                np.zeros((1, 1), np.float32), False))
@@ -85,9 +87,10 @@ def main() -> None:
             total[p] += med[p]
         cells = " ".join(f"{2 * m * k * n / med[p] / 1e9:9.1f}" if p in med else f"{'n/a':>9}" for p in paths)
         ratio = f"{med['mkl'] / med['leti']:8.2f}x" if "mkl" in med and "leti" in med else f"{'':>9}"
-        pair = f"{float(np.median(np.array(times['leti1p']) / np.array(times['leti']))):7.2f}x" if "leti" in med else ""
+        pair = f"{float(np.median(np.array(times['narrow']) / np.array(times['leti']))):10.2f}x" if "leti" in med else ""
         print(f"{m:6d} {k:5d} {n:5d} {cells} {ratio} {pair}")
     ckernels.set_pair_panels(True)
+    ckernels.set_wide_tail(True)
     print("sum of medians (ms): " + ", ".join(f"{p} {total[p] * 1e3:.2f}" for p in paths if avail[p]))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

@@ -14,7 +14,8 @@ products on the AVX2 micro-kernel only (``avx2``: an ablation on a host with avx
 AVX-512 by default; elsewhere the column is left out; ``--ablation 1panel``: the AVX-512 tiles of one 16-column panel
 in place of the default two; ``--ablation kblocked``, on a host without avx512f: the AVX2 products in the k-blocked
 order in place of whole-k row blocks; ``--ablation 1panel2``, without avx512f: the AVX2 tiles of one 16-column panel in
-place of the default pairs of full panels; ``--ablation fixed``: every thread its fixed part of each step, no chunks
+place of the default pairs of full panels; ``--ablation h12``: a last panel and a half one in one-panel and 12-row
+tiles in place of the default 4 x 24; ``--ablation fixed``: every thread its fixed part of each step, no chunks
 taken from a slower thread — the same as the engine at one thread),
 of the engine forced to the im2col scheme (an ablation: the engine's own kernels, only the k×k stride-1
 convs change scheme) and of plain NumPy (:func:`numpy_runner`: pad + window view copied into the
@@ -304,7 +305,8 @@ ABLATIONS = {"avx2": ("AVX2 products only", "set_avx512", False, (True, False)),
              "1panel": ("one-panel AVX-512 products", "set_pair512", False, (True, False)),
              "kblocked": ("k-blocked AVX2 products", "set_full_k", False, (False, True)),
              "fixed": ("each thread its fixed part of every step (no stolen chunks)", "set_steal_chunks", 1, (True, True)),
-             "1panel2": ("one-panel AVX2 tiles", "set_pair_panels", False, (False, True))}
+             "1panel2": ("one-panel AVX2 tiles", "set_pair_panels", False, (False, True)),
+             "h12": ("12-row half-panel AVX2 tiles", "set_wide_tail", False, (False, True))}
 
 
 def ablation_runner(g: Graph, x: np.ndarray, threads: int, switch: str = "set_avx512", off=False):
@@ -312,7 +314,7 @@ def ablation_runner(g: Graph, x: np.ndarray, threads: int, switch: str = "set_av
     ``csrc/program.c``): ``set_avx512``, the AVX2 micro-kernel where the CPU has AVX-512; ``set_pair512``, the AVX-512
     tiles of one 16-column panel instead of two; ``set_full_k``, the k-blocked order of the AVX2 products instead of
     whole-k row blocks; ``set_steal_chunks`` at 1, every thread its fixed part of each step; ``set_pair_panels``, the
-    AVX2 tiles of one 16-column panel instead of two."""
+    AVX2 tiles of one 16-column panel instead of two; ``set_wide_tail``, 12-row half-panel tiles instead of 4 x 24."""
     from leti.engine.backends.cpu import ckernels
 
     run, out, s = engine_runner(g, x, threads)
@@ -599,7 +601,8 @@ def main() -> None:
     ap.add_argument("--ablation", choices=sorted(ABLATIONS), default="avx2",
                     help="the extra engine column: where the CPU has AVX-512, avx2 (products on the AVX2 kernel) or "
                          "1panel (AVX-512 tiles of one 16-column panel); without it, kblocked (k-blocked AVX2 "
-                         "products) or 1panel2 (AVX2 tiles of one panel); fixed (no stolen chunks) on both")
+                         "products), 1panel2 (AVX2 tiles of one panel) or h12 (12-row half-panel tiles); fixed (no "
+                         "stolen chunks) on both")
     args = ap.parse_args()
     from leti.engine.backends.cpu import blas
 

@@ -287,27 +287,29 @@ def test_leti_grouped_window_matches_per_group_convolutions(rng, threads, h, wd,
 
 @needs_leti
 @pytest.mark.parametrize("rows, k, n", [
-    (300, 40, 152),   # whole-k row blocks: four pairs, one panel, a half panel over 12-row tiles
+    (300, 40, 152),   # whole-k row blocks: four pairs, then a panel and a half one in 4 x 24 tiles
+    (150, 32, 24),    # RegNetX's 24 channels: 4 x 24 tiles only (37 of 4 rows and 2)
     (71, 300, 64),    # 71 rows: whole-k blocks of 6-row tiles and a 5-row one (3 + 2)
     (1000, 16, 96),   # MobileNet v2's first product: three pairs, rows in tiles of 6 split 3 + 3
     (67, 30, 48),     # 67 rows: tiles of 6 rows and a last one of 1 row
 ])
-def test_pairs_of_panels_give_the_one_panel_tiles_bit_for_bit(rng, rows, k, n):
-    """The AVX2 tiles of two full panels (csrc/gemm.c, micro_pair) sum every element's products in the order of the
-    one-panel tiles, so turning them off (ckernels.set_pair_panels) must change no bit, in products with a bias, an
-    activation and a residual and in a window convolution."""
+def test_wide_tiles_give_the_one_panel_tiles_bit_for_bit(rng, rows, k, n):
+    """The AVX2 tiles of two full panels (csrc/gemm.c, micro_pair) and of a panel and a half one (micro_24) sum every
+    element's products in the order of the one-panel tiles, so turning them off (ckernels.set_pair_panels,
+    set_wide_tail) must change no bit, in products with a bias, an activation and a residual and in a window
+    convolution."""
     a = rng.standard_normal((rows, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     res = rng.standard_normal((rows, n)).astype(np.float32)
     x = rng.standard_normal((1, 9, 31, 3)).astype(np.float32)
     wc = rng.standard_normal((3, 3, 3, n)).astype(np.float32)
-    was512, was = ckernels.set_avx512(None), ckernels.set_pair_panels(None)
+    was512, was, tail = ckernels.set_avx512(None), ckernels.set_pair_panels(None), ckernels.set_wide_tail(None)
     prod, conv = {}, {}
     try:
         ckernels.set_avx512(False)
         for on in (True, False):
-            assert ckernels.set_pair_panels(on) == on
+            assert ckernels.set_pair_panels(on) == on and ckernels.set_wide_tail(on) == on
             prod[on] = np.full((rows, n), np.nan, np.float32)
             G.gemm_leti_bias_act(a, ckernels.pack(w), prod[on], ckernels.pad_bias(bias, n), True, 1, 1, res, True)
             xp = np.full((9, 31, 3), np.nan, np.float32)
@@ -317,6 +319,7 @@ def test_pairs_of_panels_give_the_one_panel_tiles_bit_for_bit(rng, rows, k, n):
     finally:
         ckernels.set_avx512(was512)
         ckernels.set_pair_panels(was)
+        ckernels.set_wide_tail(tail)
     assert rel_err(prod[True], np.maximum(_ref(a, w, bias, 0) + res, 0)) < TOL
     assert rel_err(conv[True], _conv_ref(x, wc, bias, (2, 2), (0, 0), (4, 15), 2, None)) < TOL
     assert np.array_equal(prod[True], prod[False]) and np.array_equal(conv[True], conv[False])

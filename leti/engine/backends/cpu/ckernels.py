@@ -49,7 +49,8 @@ SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
-           "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels")
+           "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
+           "leti_set_wide_tail")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -150,6 +151,12 @@ def set_pair_panels(on: bool | None) -> bool:
     """Ask for the AVX2 products and windows to take two full panels per tile (``csrc/gemm.c`` ``micro_pair``, the
     default) or one (``micro``); ``None`` only asks. Returns whether pairs are used."""
     return _flag("leti_set_pair_panels", on)
+
+
+def set_wide_tail(on: bool | None) -> bool:
+    """Ask for the last full panel and an 8-column one after it (n = 24, 56, 152) to run in the AVX2 4 x 24 tiles
+    (``csrc/gemm.c`` ``micro_24``, the default) or in one-panel and 12-row half-panel tiles; ``None`` only asks."""
+    return _flag("leti_set_wide_tail", on)
 
 
 def set_window_units(on: bool | None) -> bool:

@@ -243,6 +243,80 @@ pair_tile(int64_t rows, const int first, const int last, int64_t kh, int64_t nsu
 #undef PAIR
 }
 
+/* Four rows x 24 columns: the last full panel and a half panel of exactly 8 columns after it (n = 24, 56, 152: RegNet,
+ * MobileNet v2's 24-channel products), read as micro_pair reads a; per k step four broadcasts and three loads for twelve
+ * FMAs, where the full panel's 6 x 16 tiles and the half panel's 12 x 8 ones take eighteen broadcasts per 24 FMAs. */
+#define TROW(r)                                                                                     \
+    if (mr > r) {                                                                                   \
+        __m256 av = _mm256_broadcast_ss(a + r * lda + p);                                           \
+        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                 \
+        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                                 \
+        c##r##2 = _mm256_fmadd_ps(av, b2, c##r##2);                                                 \
+    }
+#define TSTORE1(r, j)                                                                               \
+    {                                                                                               \
+        if (res) c##r##j = _mm256_add_ps(c##r##j, _mm256_loadu_ps(res + r * ldy + 8 * j));           \
+        _mm256_storeu_ps(y + r * ldy + 8 * j, finish(c##r##j, bias##j, act));                       \
+    }
+#define TSTORE(r) if (mr > r) { TSTORE1(r, 0) TSTORE1(r, 1) TSTORE1(r, 2) }
+
+static inline __attribute__((always_inline)) void
+micro_24(const int mr, int64_t kh, int64_t nsub, int64_t seglen, int64_t row_stride, int64_t sub_stride,
+         const float *restrict a0, int64_t lda, const float *restrict bpanel, int64_t pstride, float *restrict y,
+         int64_t ldy, const float *bias, const float *res, int64_t act) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c22 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c32 = _mm256_setzero_ps();
+    const float *b = bpanel;
+    for (int64_t s = 0; s < kh; ++s) {
+        for (int64_t t = 0; t < nsub; ++t, b += seglen * NR) {
+            const float *a = a0 + s * row_stride + t * sub_stride, *bb = b + pstride;
+            for (int64_t p = 0; p < seglen; ++p) {
+                __m256 b0 = _mm256_load_ps(b + p * NR), b1 = _mm256_load_ps(b + p * NR + 8);
+                __m256 b2 = _mm256_load_ps(bb + p * NR);
+                TROW(0) TROW(1) TROW(2) TROW(3)
+            }
+        }
+    }
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = bias0, bias2 = bias0;
+    if (bias) {
+        bias0 = _mm256_loadu_ps(bias);
+        bias1 = _mm256_loadu_ps(bias + 8);
+        bias2 = _mm256_loadu_ps(bias + 16);
+    }
+    TSTORE(0) TSTORE(1) TSTORE(2) TSTORE(3)
+}
+
+/* rows r0..r1-1 in balanced tiles of at most 4 over the last full panel and the 8-column one after it (micro_24) */
+static inline __attribute__((always_inline)) void
+tail24_rows(int64_t r0, int64_t r1, int64_t kh, int64_t nsub, int64_t seglen, int64_t row_stride, int64_t sub_stride,
+            const float *a, int64_t lda, const float *b, int64_t pstride, float *y, int64_t ldy, const float *bias,
+            const float *res, int64_t act) {
+    for (int64_t i = r0, rows; i < r1; i += rows) {
+        int64_t left = r1 - i, tiles_left = (left + 3) / 4;
+        rows = (left + tiles_left - 1) / tiles_left;
+        const float *ai = a + i * lda, *rs = res ? res + i * ldy : 0;
+        float *yi = y + i * ldy;
+#define T24(MR_) micro_24(MR_, kh, nsub, seglen, row_stride, sub_stride, ai, lda, b, pstride, yi, ldy, bias, rs, act)
+        switch (rows) {
+        case 4: T24(4); break;
+        case 3: T24(3); break;
+        case 2: T24(2); break;
+        default: T24(1); break;
+        }
+#undef T24
+    }
+}
+
+static int tail24 = 1;
+/* the last full panel and an 8-column one after it in micro_24 tiles (1, the default) or in micro's and micro_h12's
+ * (0); < 0 only asks */
+int64_t leti_set_wide_tail(int64_t on) {
+    if (on >= 0) tail24 = (int)on;
+    return tail24;
+}
+
 /* ---- AVX-512 (session 21) ---------------------------------------------------------------------------------------
  * A host with full-width AVX-512 (Zen 5) runs a 512-bit FMA in the time of a 256-bit one, and the peers of
  * bench_engine_cpu.py use it there (MobileNet v1 at one thread: TFLite 5.1 ms, the AVX2 engine 9.4, 6.5 with this).
@@ -475,7 +549,11 @@ static void sgemm_full_k(int64_t m, int64_t n, int64_t k, const float *a, int64_
     int64_t panels = (n + NR - 1) / NR;
     /* a half-empty last panel takes 12-row tiles first (the rest below, 6 rows at a time), as in leti_sgemm */
     int64_t qh = n - (panels - 1) * NR <= 8 ? panels - 1 : panels, mh = qh < panels ? m / (2 * MR) * (2 * MR) : 0;
-    int64_t paired = pair_panels ? n / (2 * NR) * 2 : 0; /* full panels taken two at a time (micro_pair) */
+    /* a last full panel and an 8-column one after it: 4 x 24 tiles (micro_24), no 12-row ones */
+    int t24 = tail24 && n % NR == 8 && panels >= 2;
+    int64_t qend = t24 ? panels - 2 : panels;
+    if (t24) mh = 0;
+    int64_t paired = pair_panels ? (n / NR < qend ? n / NR : qend) / 2 * 2 : 0; /* full panels two at a time (micro_pair) */
     int64_t mb = FULL_BLOCK / (k * 4) / (2 * MR) * (2 * MR);
     if (mb < 2 * MR) mb = 2 * MR;
     for (int64_t i0 = 0; i0 < m;) {
@@ -487,7 +565,10 @@ static void sgemm_full_k(int64_t m, int64_t n, int64_t k, const float *a, int64_
             micro_h12(k, a + i * lda, lda, bp + qh * k * NR, y + i * ldy + off, ldy, n - off, 1, 1,
                       bias ? bias + off : 0, res ? res + i * ldy + off : 0, act);
         }
-        for (int64_t q = 0, step; q < panels; q += step) {
+        if (t24)
+            tail24_rows(i0, i1, 1, 1, k, 0, 0, a, lda, bp + qend * k * NR, k * NR, y + qend * NR, ldy,
+                        bias ? bias + qend * NR : 0, res ? res + qend * NR : 0, act);
+        for (int64_t q = 0, step; q < qend; q += step) {
             step = q < paired ? 2 : 1;
             int64_t nr = n - q * NR < NR ? n - q * NR : NR;
             const float *bq = bp + q * k * NR;
@@ -673,10 +754,16 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
      * until session 28 only n <= 8 did, and a half panel after full ones ran micro_window's six accumulators */
     int64_t qh = panels - 1, hn = n - qh * NR, full = hn <= 8 ? qh : panels;
     const float *bh = bp + qh * k * NR, *biash = bias ? bias + qh * NR : 0;
+    int t24 = tail24 && hn == 8 && panels >= 2; /* the last full panel and the half one: 4 x 24 tiles (micro_24) */
+    if (t24) full = panels - 2;
     for (int64_t oy = r0; oy < r1; ++oy) {
         const float *xrow = xp + oy * sh * wp * cs;
         int64_t i = 0;
-        if (full < panels) {
+        if (t24)
+            tail24_rows(0, ow, kh, nsub, seglen, row_stride, sub_stride, xrow, lda, bp + full * k * NR, k * NR,
+                        y + oy * ow * ldy + full * NR, ldy, bias ? bias + full * NR : 0,
+                        res ? res + oy * ow * ldy + full * NR : 0, act);
+        else if (full < panels) {
             for (int64_t rows; ow - i > MR; i += rows) {
                 int64_t left = ow - i, tiles_left = (left + 2 * MR - 1) / (2 * MR);
                 rows = (left + tiles_left - 1) / tiles_left;
