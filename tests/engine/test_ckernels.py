@@ -239,6 +239,8 @@ def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):
     (1, 5, 50, 3, 48, (3, 3), (1, 1), (1, 1), (5, 50), 2, True, True),    # 10-pixel tiles; a pair, then one panel
     (1, 3, 23, 2, 33, (1, 3), (1, 1), (0, 1), (3, 23), 1, False, True),   # 12 + 11 pixels; one column past a pair
     (1, 4, 17, 5, 28, (3, 3), (1, 1), (1, 1), (4, 17), 2, True, True),    # a panel, then one of 12 columns (no pair)
+    (1, 3, 4, 2, 16, (5, 5), (1, 1), (2, 2), (3, 4), 1, True, False),     # every row and pixel reads padding
+    (1, 12, 12, 3, 24, (7, 7), (2, 2), (3, 2), (6, 6), 0, True, True),    # uneven pads: 2 border pixels left, 1 right
     (1, 6, 26, 4, 56, (1, 1), (2, 2), (0, 0), (3, 13), 1, True, True),    # RegNet's strided 1x1: a pair, a panel, and
                                                                            # a half panel over 13 pixels (7 + 6)
 ])
@@ -249,12 +251,16 @@ def test_leti_window_conv_matches_numpy(rng, threads, nb, h, wd, c, oc, k, strid
     w = rng.standard_normal((kh, kw, c, oc)).astype(np.float32)
     b = rng.standard_normal(oc).astype(np.float32)
     res = rng.standard_normal((nb, oh, ow, oc)).astype(np.float32) if has_res else None
-    xp = np.full(((oh - 1) * sh + kh, (ow - 1) * sw + kw, c), np.nan, np.float32)  # every element written
-    y = np.full((nb, oh, ow, oc), np.nan, np.float32)
-    G.conv_window_leti(x, xp, ckernels.pack(w.reshape(kh * kw * c, oc)), y,
-                       ckernels.pad_bias(b, oc) if has_bias else np.zeros(1, np.float32), has_bias,
-                       res if has_res else np.zeros((1, 1), np.float32), has_res, 1, kh, kw, sh, sw, pt, pl, act, threads)
-    assert rel_err(y, _conv_ref(x, w, b if has_bias else None, stride, pads, out_hw, act, res)) < TOL
+    out = {}
+    for in_place in (False, True):  # the padded copy's rows every one written, or none: the input read in place
+        xp = G.NO_PADDING if in_place else np.full(((oh - 1) * sh + kh, (ow - 1) * sw + kw, c), np.nan, np.float32)
+        out[in_place] = y = np.full((nb, oh, ow, oc), np.nan, np.float32)
+        G.conv_window_leti(x, xp, ckernels.pack(w.reshape(kh * kw * c, oc)), y,
+                           ckernels.pad_bias(b, oc) if has_bias else np.zeros(1, np.float32), has_bias,
+                           res if has_res else np.zeros((1, 1), np.float32), has_res, 1, kh, kw, sh, sw, pt, pl, act,
+                           threads)
+        assert rel_err(y, _conv_ref(x, w, b if has_bias else None, stride, pads, out_hw, act, res)) < TOL
+    assert np.array_equal(out[False], out[True])  # leti_conv_window_inplace sums as from the padded copy
 
 
 @needs_leti
@@ -276,13 +282,17 @@ def test_leti_grouped_window_matches_per_group_convolutions(rng, threads, h, wd,
     b = rng.standard_normal(groups * co).astype(np.float32)
     stack = w.reshape(kh * kw * ci, groups, co).transpose(1, 0, 2)
     bias = np.stack([ckernels.pad_bias(b[g * co:(g + 1) * co], co) for g in range(groups)])
-    xp = np.full(((oh - 1) * sh + kh, (ow - 1) * sw + kw, groups * ci), np.nan, np.float32)
-    y = np.full((1, oh, ow, groups * co), np.nan, np.float32)
-    G.conv_window_leti(x, xp, ckernels.pack(stack), y, bias, True, np.zeros((1, 1), np.float32), False, groups,
-                       kh, kw, sh, sw, pt, pl, 1, threads)
     ref = np.concatenate([_conv_ref(x[..., g * ci:(g + 1) * ci], w[..., g * co:(g + 1) * co], b[g * co:(g + 1) * co],
                                     stride, pads, out_hw, 1) for g in range(groups)], axis=-1)
-    assert rel_err(y, ref) < TOL
+    out = {}
+    for in_place in (False, True):
+        xp = G.NO_PADDING if in_place else np.full(((oh - 1) * sh + kh, (ow - 1) * sw + kw, groups * ci), np.nan,
+                                                   np.float32)
+        out[in_place] = y = np.full((1, oh, ow, groups * co), np.nan, np.float32)
+        G.conv_window_leti(x, xp, ckernels.pack(stack), y, bias, True, np.zeros((1, 1), np.float32), False, groups,
+                           kh, kw, sh, sw, pt, pl, 1, threads)
+        assert rel_err(y, ref) < TOL
+    assert np.array_equal(out[False], out[True])
 
 
 @needs_leti

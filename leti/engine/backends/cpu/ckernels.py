@@ -50,7 +50,7 @@ DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
-           "leti_set_wide_tail")
+           "leti_set_wide_tail", "leti_conv_window_inplace")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -65,6 +65,9 @@ sgemm = types.ExternalFunction("leti_sgemm", types.void(*([_p] * 11)))
 dwconv3x3 = types.ExternalFunction("leti_dwconv3x3", types.void(*([_p] * 18)))
 #: ``leti_conv_window(xp, wp, ci, groups, kh, kw, sh, sw, b_packed, co, y, ow, bias_or_0, residual_or_0, act, r0, r1)``
 conv_window = types.ExternalFunction("leti_conv_window", types.void(*([_p] * 17)))
+#: ``leti_conv_window_inplace(x, h, wd, ci, groups, kh, kw, sh, sw, pt, pl, b_packed, co, y, ow, bias_or_0, residual_or_0,
+#: act, u0, u1)``: the window over the unpadded input, units u = (output row, group) (``csrc/gemm.c``)
+conv_window_inplace = types.ExternalFunction("leti_conv_window_inplace", types.void(*([_p] * 20)))
 #: ``leti_pad_nhwc(x, h, wd, c, xp, hp, wp, pt, pl, r0, r1)``
 pad_nhwc = types.ExternalFunction("leti_pad_nhwc", types.void(*([_p] * 11)))
 

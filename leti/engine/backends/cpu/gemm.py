@@ -67,11 +67,12 @@ def batched_gemm_leti(v, up, m):
 @njit(parallel=True, cache=True)
 def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, groups, kh, kw, sh, sw, pt, pl, act, threads):
     """``y = act(conv(x, W) + bias [+ res])`` for a window over few channels, or a grouped convolution
-    (``ckernels.conv_window``): per image, the zero-padded copy ``xp`` (hp × wp × C scratch) is written by row
-    blocks over the threads, then the output rows are split over them. ``bp``: per group the (kh·kw·C/groups)
+    (``ckernels.conv_window``): the output rows split over the threads. ``bp``: per group the (kh·kw·C/groups)
     × (n/groups) weights packed, stacked (one stack when ``groups`` is 1); no dilation. A window that reads no
-    padding (a strided 1×1 shortcut, a ``valid`` window) reads ``x`` in place: ``xp`` may then be empty
-    (see :func:`window_reads_padding`)."""
+    padding (a strided 1×1 shortcut, a ``valid`` window) reads ``x`` in place, and so does one that reads padding
+    when ``xp`` is empty (``ckernels.conv_window_inplace``: the rows under a border pixel copied as it needs them,
+    :func:`padded_shape`); with a padded copy ``xp`` (hp × wp × C scratch: the AVX-512 windows) it is written by row
+    blocks over the threads first."""
     nb, h, wd, c = x.shape
     oh, ow, n = y.shape[1], y.shape[2], y.shape[3]
     hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
@@ -80,14 +81,20 @@ def conv_window_leti(x, xp, bp, y, bias, has_bias, res, has_res, groups, kh, kw,
     for b in range(nb):
         x_ptr = x.ctypes.data + b * h * wd * c * 4
         src, row = x_ptr, wd
-        if padded:
-            src, row = xp.ctypes.data, wp
-            parts = max(1, min(threads, hp))
-            for i in prange(parts):
-                ckernels.pad_nhwc(x_ptr, h, wd, c, src, hp, wp, pt, pl, i * hp // parts, (i + 1) * hp // parts)
         parts = max(1, min(threads, oh))
         y_ptr = y.ctypes.data + b * oh * ow * n * 4
         r_ptr = res.ctypes.data + b * oh * ow * n * 4 if has_res else 0
+        if padded and xp.size == 0:
+            for i in prange(parts):
+                ckernels.conv_window_inplace(x_ptr, h, wd, c // groups, groups, kh, kw, sh, sw, pt, pl, bp.ctypes.data,
+                                             n // groups, y_ptr, ow, b_ptr, r_ptr, act, i * oh // parts * groups,
+                                             (i + 1) * oh // parts * groups)
+            continue
+        if padded:
+            src, row = xp.ctypes.data, wp
+            pparts = max(1, min(threads, hp))
+            for i in prange(pparts):
+                ckernels.pad_nhwc(x_ptr, h, wd, c, src, hp, wp, pt, pl, i * hp // pparts, (i + 1) * hp // pparts)
         for i in prange(parts):
             ckernels.conv_window(src, row, c // groups, groups, kh, kw, sh, sw, bp.ctypes.data, n // groups,
                                  y_ptr, ow, b_ptr, r_ptr, act, i * oh // parts, (i + 1) * oh // parts)
@@ -107,8 +114,11 @@ NO_PADDING = np.zeros((0, 0, 0), np.float32)
 
 def padded_shape(in_shape, oh, ow, kh, kw, sh, sw, pt, pl) -> tuple[int, int]:
     """``(hp, wp)`` of the zero-padded copy :func:`conv_window_leti` reads for an input of ``in_shape`` (NHWC), or
-    ``(0, 0)`` where the window reads no padding and so reads the input in place (no scratch to plan)."""
+    ``(0, 0)`` where it reads the input in place (no scratch to plan): where the window reads no padding, and, on AVX2,
+    where it does (``leti_conv_window_inplace``, session 28; the AVX-512 windows read a padded copy)."""
     if not window_reads_padding.py_func(in_shape[1], in_shape[2], oh, ow, kh, kw, sh, sw, pt, pl):
+        return 0, 0
+    if not ckernels.set_avx512(None):
         return 0, 0
     return (oh - 1) * sh + kh, (ow - 1) * sw + kw
 

@@ -18,7 +18,7 @@ from leti.engine.backends.cpu.gemm import window_reads_padding
 #: int64 fields per record (``RECORD`` in program.c)
 RECORD = 20
 (GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL, POOL, COPY_CHANNELS, WINOGRAD_IN, WINOGRAD_PRODUCTS,
- WINOGRAD_OUT, UNARY, BINARY, DWCONV_K, SWAP_LAST_TWO) = range(1, 18)
+ WINOGRAD_OUT, UNARY, BINARY, DWCONV_K, SWAP_LAST_TWO, WINDOW_IN_PLACE) = range(1, 19)
 #: the unary kinds of ``leti_unary`` (``csrc/pointwise.c``); 1 and 2 are also the fused activations' codes
 UNARY_CODE = {"relu": 1, "relu6": 2, "sigmoid": 3, "hard_swish": 4, "hard_sigmoid": 5}
 
@@ -56,8 +56,9 @@ def dwconv3x3(x, w9, bias, has_bias: bool, y, sh, sw, dh, dw, pt, pl, act) -> li
 
 
 def conv_window(x, xp, bp, y, bias, has_bias: bool, res, groups, kh, kw, sh, sw, pt, pl, act) -> list[list[int]]:
-    """A window over few channels or a grouped convolution (as :func:`gemm.conv_window_leti`): per image, the
-    zero-padded copy into ``xp`` (when the window reads padding), then the window's rows."""
+    """A window over few channels or a grouped convolution (as :func:`gemm.conv_window_leti`): per image, the window's
+    rows over the input in place, or, where the window reads padding and ``xp`` is not empty, the zero-padded copy into
+    ``xp`` first."""
     nb, h, wd, c = x.shape
     oh, ow, n = y.shape[1], y.shape[2], y.shape[3]
     hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw
@@ -66,12 +67,16 @@ def conv_window(x, xp, bp, y, bias, has_bias: bool, res, groups, kh, kw, sh, sw,
     for b in range(nb):
         xb = _addr(x) + b * h * wd * c * 4
         src, row = xb, wd
+        yb, rb = _addr(y) + b * oh * ow * n * 4, _addr(res) + b * oh * ow * n * 4 if res is not None else 0
+        if padded and xp.size == 0:
+            out.append([WINDOW_IN_PLACE, xb, h, wd, c // groups, groups, kh, kw, sh, sw, pt, pl, _addr(bp), n // groups,
+                        yb, ow, _addr(bias) if has_bias else 0, rb, act, oh])
+            continue
         if padded:
             src, row = _addr(xp), wp
             out.append([PAD, xb, h, wd, c, src, hp, wp, pt, pl])
-        out.append([WINDOW, src, row, c // groups, groups, kh, kw, sh, sw, _addr(bp), n // groups,
-                    _addr(y) + b * oh * ow * n * 4, ow, _addr(bias) if has_bias else 0,
-                    _addr(res) + b * oh * ow * n * 4 if res is not None else 0, act, oh])
+        out.append([WINDOW, src, row, c // groups, groups, kh, kw, sh, sw, _addr(bp), n // groups, yb, ow,
+                    _addr(bias) if has_bias else 0, rb, act, oh])
     return out
 
 

@@ -739,14 +739,12 @@ int leti_window_pairs512(const float *xp, int64_t wp, int64_t ci, int64_t groups
                           int64_t sw, const float *bp, float *y, int64_t ow, const float *bias, const float *res,
                           int64_t act, int64_t r0, int64_t r1);
 
-static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int64_t kh, int64_t kw, int64_t sh,
-                        int64_t sw, const float *bp, int64_t n, float *y, int64_t ow, int64_t ldy, const float *bias,
-                        const float *res, int64_t act, int64_t r0, int64_t r1) {
-    if (n > 8 && avx512_on()) { /* whole 16-column panels: the AVX-512 tiles of window512.c */
-        leti_window_rows512(xp, wp, cs, ci, kh, kw, sh, sw, bp, n, y, ow, ldy, bias, res, act, r0, r1);
-        return;
-    }
-    int64_t panels = (n + NR - 1) / NR, k = kh * kw * ci, row_stride = wp * cs, lda = sw * cs;
+/* One output row's pixels 0..ow-1 (a segment of a row) for the ci input channels at xrow, the window origin of pixel 0
+ * (row_stride floats between input rows, sw * cs between pixels), into y (ldy per pixel; res alike or NULL). */
+static void window_seg(const float *xrow, int64_t row_stride, int64_t cs, int64_t ci, int64_t kh, int64_t kw, int64_t sw,
+                       const float *bp, int64_t n, float *y, int64_t ow, int64_t ldy, const float *bias, const float *res,
+                       int64_t act) {
+    int64_t panels = (n + NR - 1) / NR, k = kh * kw * ci, lda = sw * cs;
     int64_t nsub = cs == ci ? 1 : kw, seglen = cs == ci ? kw * ci : ci, sub_stride = cs;
     /* a last panel of at most 8 columns (n = 8, 24, 56, 152: RegNet) runs apart from the full ones, one vector of
      * columns over tiles of 7-12 pixels while 7 or more are left, balanced (a 14-pixel row as 7 + 7, not 12 + a 2-pixel
@@ -756,18 +754,16 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
     const float *bh = bp + qh * k * NR, *biash = bias ? bias + qh * NR : 0;
     int t24 = tail24 && hn == 8 && panels >= 2; /* the last full panel and the half one: 4 x 24 tiles (micro_24) */
     if (t24) full = panels - 2;
-    for (int64_t oy = r0; oy < r1; ++oy) {
-        const float *xrow = xp + oy * sh * wp * cs;
+    {
         int64_t i = 0;
         if (t24)
             tail24_rows(0, ow, kh, nsub, seglen, row_stride, sub_stride, xrow, lda, bp + full * k * NR, k * NR,
-                        y + oy * ow * ldy + full * NR, ldy, bias ? bias + full * NR : 0,
-                        res ? res + oy * ow * ldy + full * NR : 0, act);
+                        y + full * NR, ldy, bias ? bias + full * NR : 0, res ? res + full * NR : 0, act);
         else if (full < panels) {
             for (int64_t rows; ow - i > MR; i += rows) {
                 int64_t left = ow - i, tiles_left = (left + 2 * MR - 1) / (2 * MR);
                 rows = (left + tiles_left - 1) / tiles_left;
-                int64_t off = (oy * ow + i) * ldy + qh * NR;
+                int64_t off = i * ldy + qh * NR;
                 const float *ai = xrow + i * lda, *rs = res ? res + off : 0;
                 float *yq = y + off;
                 switch (rows) {
@@ -782,7 +778,7 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
             for (int64_t rows; i < ow; i += rows) { /* the last 1-6 pixels */
                 int64_t left = ow - i, tiles_left = (left + MR - 1) / MR;
                 rows = (left + tiles_left - 1) / tiles_left;
-                int64_t off = (oy * ow + i) * ldy + qh * NR;
+                int64_t off = i * ldy + qh * NR;
                 const float *ai = xrow + i * lda, *rs = res ? res + off : 0, *bq = bh, *bs = biash;
                 float *yq = y + off;
                 int64_t nr = hn;
@@ -796,15 +792,14 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
                 }
             }
         }
-        if (full == 0) continue;
-        for (int64_t rows, j = 0; j < ow; j += rows) {
+        for (int64_t rows, j = 0; full > 0 && j < ow; j += rows) {
             int64_t left = ow - j, tiles_left = (left + MR - 1) / MR;
             rows = (left + tiles_left - 1) / tiles_left; /* balanced, as the products' row tiles */
             const float *ai = xrow + j * lda;
             for (int64_t q = 0, step; q < full; q += step) {
                 step = pair_panels && (q + 2) * NR <= n ? 2 : 1; /* two full panels: micro_pair */
                 const float *bq = bp + q * k * NR;
-                int64_t off = (oy * ow + j) * ldy + q * NR;
+                int64_t off = j * ldy + q * NR;
                 float *yq = y + off;
                 const float *bs = bias ? bias + q * NR : 0;
                 const float *rs = res ? res + off : 0;
@@ -825,6 +820,18 @@ static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int
             }
         }
     }
+}
+
+static void window_rows(const float *xp, int64_t wp, int64_t cs, int64_t ci, int64_t kh, int64_t kw, int64_t sh,
+                        int64_t sw, const float *bp, int64_t n, float *y, int64_t ow, int64_t ldy, const float *bias,
+                        const float *res, int64_t act, int64_t r0, int64_t r1) {
+    if (n > 8 && avx512_on()) { /* whole 16-column panels: the AVX-512 tiles of window512.c */
+        leti_window_rows512(xp, wp, cs, ci, kh, kw, sh, sw, bp, n, y, ow, ldy, bias, res, act, r0, r1);
+        return;
+    }
+    for (int64_t oy = r0; oy < r1; ++oy)
+        window_seg(xp + oy * sh * wp * cs, wp * cs, cs, ci, kh, kw, sw, bp, n, y + oy * ow * ldy, ow, ldy, bias,
+                   res ? res + oy * ow * ldy : 0, act);
 }
 
 /* Output rows r0..r1-1 of one image: y (oh x ow x groups*co, NHWC) = act(conv(xp, W) + bias + res), xp the
@@ -860,6 +867,97 @@ void leti_conv_window_units(const float *xp, int64_t wp, int64_t ci, int64_t gro
         window_rows(xp + g * ci, wp, cs, ci, kh, kw, sh, sw, bp + g * panels * k * NR, co, y + g * co, ow, ldy,
                     bias ? bias + g * panels * NR : 0, res ? res + g * co : 0, act, oy, oy + 1);
     }
+}
+
+/* Columns j0..j1-1 of kh rows of the zero-padded input, the rows from iy0 on (rows past the input's are zeros), into
+ * buf (kh rows of wp pixels of cs floats): column j holds x's column j - pl, or zeros. */
+static void pad_rows(const float *x, int64_t h, int64_t wd, int64_t cs, int64_t iy0, int64_t kh, int64_t pl, float *buf,
+                     int64_t wp, int64_t j0, int64_t j1) {
+    for (int64_t s = 0; s < kh; ++s) {
+        int64_t iy = iy0 + s;
+        float *dst = buf + s * wp * cs;
+        /* x's columns are j = pl .. pl+wd-1: zeros before a and from b on */
+        int64_t a = pl < j0 ? j0 : pl > j1 ? j1 : pl, b = pl + wd < j0 ? j0 : pl + wd > j1 ? j1 : pl + wd;
+        if (iy < 0 || iy >= h) a = b = j1; /* a row of zeros */
+        if (a > j0) memset(dst + j0 * cs, 0, (size_t)((a - j0) * cs) * sizeof(float));
+        if (b > a) memcpy(dst + a * cs, x + (iy * wd + a - pl) * cs, (size_t)((b - a) * cs) * sizeof(float));
+        if (j1 > b) memset(dst + b * cs, 0, (size_t)((j1 - b) * cs) * sizeof(float));
+    }
+}
+
+#define BORDER_PIXELS 12
+
+/* leti_conv_window's units u0..u1-1 (unit u: output row u / groups, group u % groups) over x itself, the input
+ * (h x wd x groups*ci) without a padded copy: a window reading padding (pt, pl, and past the bottom and right edges)
+ * reads the rows under it from a copy of just those rows and columns, zeros outside the input, while the pixels whose
+ * windows lie inside the input read x in place. Until session 28 a program first copied the whole input into a padded
+ * buffer (a step of its own: RegNetX-200MF's 112 x 112 x 24 map, 1.2 MB, 0.05 ms of a 6-8 ms run; ~0.17 ms in all
+ * its windows). Each output is computed as from the padded copy, so the results are the same bit for bit. */
+void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci, int64_t groups, int64_t kh, int64_t kw,
+                              int64_t sh, int64_t sw, int64_t pt, int64_t pl, const float *bp, int64_t co, float *y,
+                              int64_t ow, const float *bias, const float *res, int64_t act, int64_t u0, int64_t u1) {
+    int64_t panels = (co + NR - 1) / NR, k = kh * kw * ci, cs = groups * ci, ldy = groups * co, wp = (ow - 1) * sw + kw;
+    /* the pixels whose windows lie inside the input's columns: lo .. hi-1 */
+    int64_t lo = (pl + sw - 1) / sw, hi = wd + pl - kw >= 0 ? (wd + pl - kw) / sw + 1 : 0;
+    if (lo > ow) lo = ow;
+    if (hi > ow) hi = ow;
+    if (hi < lo) hi = lo;
+    /* border segments of at least BORDER_PIXELS, so that the tiles at a row's ends keep their width (a border pixel
+     * alone in a one-pixel tile has one FMA chain: RegNetX's 7 x 7 windows ran 1.6x slower split 1 + 5 + 1); a map
+     * whose rows have fewer than twice that many pixels is padded whole, the rows of these units once (a row's copy per
+     * output row would copy each input row kh / sh times: its 14 x 14 windows 1.25x slower) */
+    int whole_rows = lo == hi || ow <= 2 * BORDER_PIXELS;
+    if (lo > 0 && lo < BORDER_PIXELS) lo = BORDER_PIXELS;
+    if (hi < ow && hi > ow - BORDER_PIXELS) hi = ow - BORDER_PIXELS;
+    if (hi <= lo) whole_rows = 1;
+    if (whole_rows && lo == 0 && hi == ow) whole_rows = 0; /* no border at all */
+    if (whole_rows || avx512_on()) { /* small maps, and the AVX-512 windows (whole padded rows: window512.c): the rows
+                                       * of units u0..u1-1 padded once, as the padded copy held them */
+        int64_t oy0 = u0 / groups, oy1 = (u1 + groups - 1) / groups, rows = (oy1 - oy0 - 1) * sh + kh;
+        float *buf = malloc((size_t)(rows * wp * cs + 8) * sizeof(float));
+        if (!buf) return; /* out of memory: the outputs keep what they held */
+        pad_rows(x, h, wd, cs, oy0 * sh - pt, rows, pl, buf, wp, 0, wp);
+        for (int64_t u = u0; u < u1; ++u) {
+            int64_t oy = u / groups, g = u % groups;
+            window_rows(buf + (oy - oy0) * sh * wp * cs + g * ci, wp, cs, ci, kh, kw, sh, sw, bp + g * panels * k * NR,
+                        co, y + oy * ow * ldy + g * co, ow, ldy, bias ? bias + g * panels * NR : 0,
+                        res ? res + oy * ow * ldy + g * co : 0, act, 0, 1);
+        }
+        free(buf);
+        return;
+    }
+    float *buf = malloc((size_t)(kh * wp * cs + 8) * sizeof(float));
+    if (!buf) return; /* out of memory: the outputs keep what they held */
+    int64_t built = -1; /* the output row whose rows are in buf */
+    for (int64_t u = u0; u < u1; ++u) {
+        int64_t oy = u / groups, g = u % groups, iy0 = oy * sh - pt;
+        int inside = iy0 >= 0 && iy0 + kh <= h;
+        if (built != oy) {
+            if (!inside)
+                pad_rows(x, h, wd, cs, iy0, kh, pl, buf, wp, 0, wp);
+            else { /* the columns of the border pixels only */
+                if (lo > 0) pad_rows(x, h, wd, cs, iy0, kh, pl, buf, wp, 0, (lo - 1) * sw + kw);
+                if (hi < ow) pad_rows(x, h, wd, cs, iy0, kh, pl, buf, wp, hi * sw, wp);
+            }
+            built = oy;
+        }
+        const float *bg = bp + g * panels * k * NR, *bsg = bias ? bias + g * panels * NR : 0;
+        float *yr = y + oy * ow * ldy + g * co;
+        const float *rr = res ? res + oy * ow * ldy + g * co : 0;
+        if (!inside) {
+            window_rows(buf + g * ci, wp, cs, ci, kh, kw, sh, sw, bg, co, yr, ow, ldy, bsg, rr, act, 0, 1);
+            continue;
+        }
+        if (lo > 0)
+            window_seg(buf + g * ci, wp * cs, cs, ci, kh, kw, sw, bg, co, yr, lo, ldy, bsg, rr, act);
+        if (hi > lo)
+            window_seg(x + (iy0 * wd + lo * sw - pl) * cs + g * ci, wd * cs, cs, ci, kh, kw, sw, bg, co, yr + lo * ldy,
+                       hi - lo, ldy, bsg, rr ? rr + lo * ldy : 0, act);
+        if (hi < ow)
+            window_seg(buf + hi * sw * cs + g * ci, wp * cs, cs, ci, kh, kw, sw, bg, co, yr + hi * ldy, ow - hi, ldy,
+                       bsg, rr ? rr + hi * ldy : 0, act);
+    }
+    free(buf);
 }
 
 /* Rows r0..r1-1 of the zero-padded copy xp (hp x wp x c) of x (h x wd x c), x placed at (pt, pl). */

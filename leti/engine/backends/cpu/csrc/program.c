@@ -30,7 +30,8 @@
 
 enum { STEP_GEMM = 1, STEP_DWCONV = 2, STEP_PAD = 3, STEP_WINDOW = 4, STEP_MEAN = 5, STEP_SOFTMAX = 6, STEP_GEMV = 7,
        STEP_IM2COL = 8, STEP_POOL = 9, STEP_COPY_CHANNELS = 10, STEP_WINOGRAD_IN = 11, STEP_WINOGRAD_PRODUCTS = 12,
-       STEP_WINOGRAD_OUT = 13, STEP_UNARY = 14, STEP_BINARY = 15, STEP_DWCONV_K = 16, STEP_SWAP_LAST_TWO = 17 };
+       STEP_WINOGRAD_OUT = 13, STEP_UNARY = 14, STEP_BINARY = 15, STEP_DWCONV_K = 16, STEP_SWAP_LAST_TWO = 17,
+       STEP_WINDOW_IN_PLACE = 18 };
 
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, const float *res, int64_t act);
@@ -45,6 +46,9 @@ void leti_pad_nhwc(const float *x, int64_t h, int64_t wd, int64_t c, float *xp, 
 void leti_conv_window_units(const float *xp, int64_t wp, int64_t ci, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                             int64_t sw, const float *bp, int64_t co, float *y, int64_t ow, const float *bias,
                             const float *res, int64_t act, int64_t u0, int64_t u1);
+void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci, int64_t groups, int64_t kh, int64_t kw,
+                              int64_t sh, int64_t sw, int64_t pt, int64_t pl, const float *bp, int64_t co, float *y,
+                              int64_t ow, const float *bias, const float *res, int64_t act, int64_t u0, int64_t u1);
 int64_t leti_set_avx512(int64_t on);
 /* pointwise.c */
 void leti_unary(const float *x, float *y, int64_t code, float alpha, float beta, int64_t i0, int64_t i1);
@@ -397,6 +401,20 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
         if ((t = part_of(t, T, parts)) < 0) return;
         leti_conv_window(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13), F(14),
                          s[15], t * oh / parts, (t + 1) * oh / parts);
+        return;
+    }
+    case STEP_WINDOW_IN_PLACE: { /* x h wd ci groups kh kw sh sw pt pl bp co y ow bias res act oh: the window without a
+                                  * padded copy (gemm.c); output rows split, or rows x groups as STEP_WINDOW */
+        int64_t oh = s[19], groups = s[5], units = oh * groups, u0, u1;
+        if (threads > 1 && groups > 1 && window_units && !leti_set_avx512(-1)) {
+            u0 = t * units / T, u1 = (t + 1) * units / T;
+        } else {
+            int64_t parts = MAX(1, MIN(T, oh));
+            if ((t = part_of(t, T, parts)) < 0) return;
+            u0 = t * oh / parts * groups, u1 = (t + 1) * oh / parts * groups;
+        }
+        leti_conv_window_inplace(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], F(12), s[13], F(14),
+                                 s[15], F(16), F(17), s[18], u0, u1);
         return;
     }
     case STEP_MEAN: /* x y nb p c: one thread (a few thousand additions) */
