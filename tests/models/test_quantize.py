@@ -17,6 +17,10 @@ from leti.models.tflite import read_ops
 from leti.spaces.spec import ModelSpec
 from leti.spaces.table_file import read_cell_table
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("quantize-generated")
+
 
 def test_precision_is_part_of_the_spec_and_fp32_keeps_the_old_form():
     old = {"kind": "cell", "input_shape": [32, 32, 64], "channels": 64}

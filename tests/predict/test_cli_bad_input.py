@@ -12,6 +12,10 @@ import pytest
 from tests.cli.test_bad_input import unwritable_places
 from tests.device.conftest import run_leti
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("predict-cli-work")
+
 
 def with_latency(table, path):
     """A dataset: the table's rows with a latency, keeping the table's LETI metadata (its model)."""
