@@ -66,9 +66,16 @@ def tiny_models(request) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
-def cells():
+def nb101_space():
+    """The whole NB101 space (423,624 cells), enumerated once per test process (1-2 s each time) for the tests that
+    draw cells from it (a frozen Space: sample and take return new ones)."""
+    return enumerate_space()
+
+
+@pytest.fixture(scope="session")
+def cells(nb101_space):
     """A few real NB101 cells (the campaign only needs their hashes and specs)."""
-    return list(enumerate_space().sample(12, seed=3))
+    return list(nb101_space.sample(12, seed=3))
 
 
 @pytest.fixture

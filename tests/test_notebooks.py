@@ -20,6 +20,11 @@ NB_DIR = ROOT / "notebooks"
 NOTEBOOKS = ["01_dataset", "02_predictors", "03_lut", "04_search", "05_transfer", "06_any_model", "07_int8"]
 KEY_PREFIX = "LETI_KEY_JSON "
 
+# one xdist group (make test: --dist loadgroup): groups are handed out before single tests, so the notebooks (about
+# seven minutes of runs, the longest three minutes) start first instead of being collected last, where one
+# worker ran the long ones while the other had nothing left
+pytestmark = pytest.mark.xdist_group("notebooks")
+
 
 def _images(nb) -> int:
     return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)

@@ -20,6 +20,10 @@ from tests.device.conftest import run_leti
 from leti.spaces.spec import ModelSpec
 from leti.spaces.table_file import cell_table, write_table
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("cli-edges-campaign")
+
 SPEC = ModelSpec("cell", (8, 8, 4), 4)
 FAST = ("--device", "local", "--runs", 5, "--warmup", 1, "--max-rel-std", 100)
 

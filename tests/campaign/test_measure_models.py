@@ -10,6 +10,10 @@ import pytest
 from tests.device.conftest import run_leti
 from tests.engine.models_for_import import tiny_keras, tiny_torch_onnx
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("measure-models-zoo")
+
 FAST = ("--runs", 5, "--warmup", 1, "--max-rel-std", 100, "--passes", 2)
 
 

@@ -17,6 +17,10 @@ from leti.predict.speedup import quantization_speedup
 from leti.spaces.spec import ModelSpec
 from leti.spaces.table_file import cell_table, write_table
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("quantized-campaigns")
+
 INT8 = ModelSpec("cell", (8, 8, 4), 4, precision="int8")
 FP32 = ModelSpec("cell", (8, 8, 4), 4)
 FULL, PARTIAL = "b4943b7a73a0e9a0bb4de5b7bc5063b3", "48ad917faf1c9bba4243a98be6c58df0"

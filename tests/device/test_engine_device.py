@@ -17,6 +17,10 @@ from leti.errors import CorruptModelError, DeviceError
 from leti.spaces.spec import ModelSpec
 from leti.spaces.table_file import cell_table, write_table
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("engine-device-models")
+
 SPEC = ModelSpec("cell", (8, 8, 4), 4)
 
 

@@ -11,6 +11,10 @@ import pytest
 
 from tests.device.conftest import run_leti
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("op-profiling-zoo")
+
 FAST = ("--runs", 5, "--warmup", 1, "--passes", 2, "--max-rel-std", 100, "--offline-wait", 2)
 
 

@@ -13,6 +13,10 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("from-tflite-zoo")
+
 
 def _convert(model) -> bytes:
     data = tf.lite.TFLiteConverter.from_keras_model(model).convert()

@@ -22,7 +22,6 @@ from leti.engine import format as fmt
 from leti.engine.convert.from_tflite import from_tflite
 from leti.engine.tools import check_against_tflite
 from leti.models.export import export_models
-from leti.spaces.enumeration import enumerate_space
 from leti.spaces.nb101_network import NetworkConfig
 from leti.spaces.spec import ModelSpec
 
@@ -64,8 +63,8 @@ def _check_all(records) -> collections.Counter:
 
 
 @pytest.mark.parametrize("channels", CHANNELS)  # one test each, so ``-n 2`` spreads the 200 cells
-def test_sampled_cells_of_varied_channels_convert_run_and_match_tflite(tmp_path, channels):
-    cells = list(enumerate_space().sample(PER_CHANNEL_COUNT, seed=100 + channels))
+def test_sampled_cells_of_varied_channels_convert_run_and_match_tflite(tmp_path, channels, nb101_space):
+    cells = list(nb101_space.sample(PER_CHANNEL_COUNT, seed=100 + channels))
     spec = ModelSpec("cell", (6, 6, channels), channels)
     cells = _covering(cells, spec)
     assert len(cells) < PER_CHANNEL_COUNT
@@ -76,8 +75,8 @@ def test_sampled_cells_of_varied_channels_convert_run_and_match_tflite(tmp_path,
     assert ops["SPLIT_V"] > 0 and {"CONV_2D", "MAX_POOL_2D", "CONCATENATION", "ADD"} <= set(ops)
 
 
-def test_stacked_networks_convert_run_and_match_tflite(tmp_path):
-    cells = list(enumerate_space().sample(2, seed=7))
+def test_stacked_networks_convert_run_and_match_tflite(tmp_path, nb101_space):
+    cells = list(nb101_space.sample(2, seed=7))
     config = NetworkConfig(input_size=8, stem_channels=11, num_stacks=2, modules_per_stack=1, num_classes=5)
     records = export_models(cells, tmp_path, ModelSpec("network", config=config), formats=("tflite",), jobs=1)
     ops = _check_all(records)

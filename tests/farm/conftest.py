@@ -40,14 +40,13 @@ def farm(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory) -> Path:
+def table(tmp_path_factory, nb101_space) -> Path:
     """A cell table of 3 cells with a stand-in model file per cell beside it (the runner only times)."""
-    from leti.spaces.enumeration import enumerate_space
     from leti.spaces.spec import ModelSpec
     from leti.spaces.table_file import cell_table, write_table
 
     root = tmp_path_factory.mktemp("table")
-    cells = list(enumerate_space().sample(3, seed=11))
+    cells = list(nb101_space.sample(3, seed=11))
     spec = ModelSpec("cell", (32, 32, 64), 64)
     path = write_table(cell_table(cells, spec), root / "cells.parquet", spec)
     (root / "tflite").mkdir()

@@ -26,7 +26,6 @@ from leti.models.keras_builder import (
 )
 from leti.spaces.layer_graph import Layer, LayerGraph
 from leti.spaces.nb101_network import NetworkConfig, cell_graph
-from leti.spaces.enumeration import enumerate_space
 
 # The three NB101 specs of shared/golden/nb101.json with their published trainable parameter counts
 # (nasbench README / NNI / NASLib; google-research/nasbench issue 23): (hash, matrix, ops, params).
@@ -88,8 +87,8 @@ def test_gpu_compatible_network_keeps_trainable_params():
 
 
 @pytest.mark.parametrize("gpu_compatible", [False, True])
-def test_random_cells_params_match_costs(gpu_compatible):
-    cells = list(enumerate_space().sample(12, seed=7))
+def test_random_cells_params_match_costs(gpu_compatible, nb101_space):
+    cells = list(nb101_space.sample(12, seed=7))
     for cell in cells:
         m = cell_model(cell, (8, 8, 6), 10, gpu_compatible=gpu_compatible)
         assert trainable_params(m) == cell_costs(cell, (8, 8, 6), 10).params, cell.to_json()

@@ -17,6 +17,10 @@ from leti.models.tflite import read_ops
 from leti.spaces.spec import ModelSpec
 from leti.spaces.table_file import read_cell_table
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("quantize-generated")
+
 
 def test_precision_is_part_of_the_spec_and_fp32_keeps_the_old_form():
     old = {"kind": "cell", "input_shape": [32, 32, 64], "channels": 64}
@@ -77,10 +81,8 @@ def test_one_quantized_format_makes_an_int8_table(capsys, tmp_path):
     assert "all 1 int8 models are fully quantized" in out
 
 
-def test_int8_calibration_is_seeded():
-    from leti.spaces.enumeration import enumerate_space
-
-    cell = list(enumerate_space().sample(1, seed=5))[0]
+def test_int8_calibration_is_seeded(nb101_space):
+    cell = list(nb101_space.sample(1, seed=5))[0]
     spec = ModelSpec("cell", (8, 8, 4), 4, precision="int8")
     assert Artifacts(cell, spec).quantized_bytes("int8") == Artifacts(cell, spec).quantized_bytes("int8")
     # dynamic range: int8 weights (the converter quantizes weights of 1024 values and more), float activations

@@ -13,6 +13,10 @@ from leti.models import zoo as zoo_module
 from leti.models import zoo_blocks, zoo_variants
 from leti.models.zoo import ZooEntry, families, write_zoo, zoo_entries
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("zoo-written")
+
 NAMED = {"mobilenet", "mobilenetv2", "mobilenetv3small", "mobilenetv3large", "efficientnetb0", "efficientnetb1",
          "efficientnetv2b0", "resnet50", "densenet121", "nasnetmobile", "regnetx", "regnety", "var_mobilenetv2",
          "var_mobilenetv1", "var_resnet_basic", "var_resnet_bottleneck", "var_shufflenet", "var_ghostnet", "nb101"}

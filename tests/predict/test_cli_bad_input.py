@@ -12,6 +12,10 @@ import pytest
 from tests.cli.test_bad_input import unwritable_places
 from tests.device.conftest import run_leti
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("predict-cli-work")
+
 
 def with_latency(table, path):
     """A dataset: the table's rows with a latency, keeping the table's LETI metadata (its model)."""
@@ -24,18 +28,20 @@ def with_latency(table, path):
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
-    from leti.cli import main  # noqa: F401  (the commands registered)
-    import subprocess
-    import sys
+    from typer.testing import CliRunner
+
+    from leti.cli import app, main  # noqa: F401  (the commands registered)
+
+    def leti_ok(*args):  # in-process (four interpreter start-ups and imports saved), exit code checked as before
+        res = CliRunner().invoke(app, [str(a) for a in args])
+        assert res.exit_code == 0, (args, res.output, res.exception)
 
     root = tmp_path_factory.mktemp("predict-cli")
     for name, args in {"c64": [], "c16": ["--channels", "16"], "net": ["--network", "--stacks", "1", "--modules", "1",
                                                                      "--channels", "16"]}.items():
-        subprocess.run([sys.executable, "-m", "leti", "generate", "--sample", "24", "--seed", "2", *args,
-                        "--out", str(root / name)], check=True, capture_output=True)
+        leti_ok("generate", "--sample", "24", "--seed", "2", *args, "--out", root / name)
     with_latency(root / "c64" / "cells.parquet", root / "ds64.parquet")
-    subprocess.run([sys.executable, "-m", "leti", "fit", "--dataset", str(root / "ds64.parquet"), "--predictor",
-                    "ransac", "--out", str(root / "ransac")], check=True, capture_output=True)
+    leti_ok("fit", "--dataset", root / "ds64.parquet", "--predictor", "ransac", "--out", root / "ransac")
     return root
 
 

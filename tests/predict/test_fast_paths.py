@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from leti.errors import DatasetError
-from leti.spaces.enumeration import enumerate_space
 from leti.spaces import nb101_costs as nb101
 from leti.predict.base import make_predictor
 from leti.predict.features import rich_features, rich_features_reference
@@ -19,8 +18,8 @@ def data(raspi4):
 
 
 @pytest.fixture(scope="module")
-def space_sample():
-    return enumerate_space().sample(3000, seed=7)
+def space_sample(nb101_space):
+    return nb101_space.sample(3000, seed=7)
 
 
 @pytest.mark.parametrize("name", ["xgboost", "lightgbm", "catboost"])

@@ -17,6 +17,10 @@ from leti.predict.kernels.profiled import mismatch, op_kernel_table
 from leti.predict.kernels.schema import normalize
 from leti.predict.kernels.split import split_model
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("op-kernels-profile")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

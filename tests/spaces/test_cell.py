@@ -27,10 +27,8 @@ def test_hash_needs_python_int_labels():
     assert nb101_hash(m, [np.int64(-1), np.int64(-2)]) == nb101_hash(m, [-1, -2])
 
 
-def test_batch_hash_matches_reference_on_random_cells():
-    from leti.spaces.enumeration import enumerate_space
-
-    space = enumerate_space()
+def test_batch_hash_matches_reference_on_random_cells(nb101_space):
+    space = nb101_space
     sample = space.sample(300, seed=3)
     batch = sample.hashes()
     for i in range(len(sample)):
@@ -124,13 +122,11 @@ def test_batch_hash_handles_padding():
     assert list(got) == [c.hash for c in cells]
 
 
-def test_batch_hash_equals_the_reference_on_shuffled_mixed_sizes():
+def test_batch_hash_equals_the_reference_on_shuffled_mixed_sizes(nb101_space):
     """The compiled batch hash (digests of a round in SIMD lanes, grouped by block count) against the
     per-cell reference: cells of every vertex count shuffled together (chunks mix sizes and rounds),
     and larger DAGs whose degrees and labels take two digits (other message lengths)."""
-    from leti.spaces.enumeration import enumerate_space
-
-    space = enumerate_space()
+    space = nb101_space
     rng = np.random.default_rng(3)
     idx = np.concatenate([np.flatnonzero(space.num_vertices == v)[:40] for v in range(2, 8)]
                          + [rng.choice(len(space), 400, replace=False)])

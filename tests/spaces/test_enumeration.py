@@ -7,6 +7,10 @@ from leti.errors import InvalidCellError
 from leti.spaces.cell import CONV3X3, MAXPOOL3X3
 from leti.spaces.enumeration import enumerate_space
 
+# one xdist worker runs the whole module (make test: --dist loadgroup): its module-scoped fixture is built
+# once, not once in each worker
+pytestmark = pytest.mark.xdist_group("enumeration-space")
+
 
 @pytest.fixture(scope="module")
 def space():

@@ -3,7 +3,6 @@ import numpy as np
 from leti.spaces.cell import Cell
 from leti.spaces.costs import cell_costs, network_costs
 from leti.spaces.nb101_network import NetworkConfig
-from leti.spaces.enumeration import enumerate_space
 from leti.spaces.search_space import NB101Space
 
 
@@ -24,8 +23,8 @@ def test_params_of_all_500_naslib_cells(naslib):
     np.testing.assert_array_equal(t.params, naslib.trainable_parameters.to_numpy())
 
 
-def test_other_configs_and_cell_scope():
-    space = enumerate_space().sample(40, seed=3)
+def test_other_configs_and_cell_scope(nb101_space):
+    space = nb101_space.sample(40, seed=3)
     cells = list(space)
     cfg = NetworkConfig(input_size=96, stem_channels=16, num_stacks=2, modules_per_stack=2)
     t = NB101Space(cfg).table(space)  # the columnar fast path
@@ -38,8 +37,8 @@ def test_other_configs_and_cell_scope():
                                                                               ref.peak_memory_bytes)
 
 
-def test_space_fast_path_equals_cell_path():
-    space = enumerate_space().sample(50, seed=4)
+def test_space_fast_path_equals_cell_path(nb101_space):
+    space = nb101_space.sample(50, seed=4)
     a, b = NB101Space().table(space), NB101Space().table(list(space))
     for name in ("adjacency", "ops", "flops", "params", "peak_memory", "node_flops"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
@@ -48,8 +47,8 @@ def test_space_fast_path_equals_cell_path():
     assert np.ptp(rest) == 0 and rest[0] > 0
 
 
-def test_one_module_per_stack_and_more_stacks():
-    space = enumerate_space().sample(30, seed=5)
+def test_one_module_per_stack_and_more_stacks(nb101_space):
+    space = nb101_space.sample(30, seed=5)
     cfg = NetworkConfig(input_size=40, input_channels=1, stem_channels=8, num_stacks=4, modules_per_stack=1,
                         num_classes=7)
     t = NB101Space(cfg).table(space)

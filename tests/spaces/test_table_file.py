@@ -6,7 +6,6 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from leti.spaces.enumeration import enumerate_space
 from leti.spaces.nb101_network import NetworkConfig
 from leti.spaces.spec import ModelSpec
 from leti.spaces.table_file import cell_table, read_cell_table, space_table, write_table
@@ -16,8 +15,8 @@ SPECS = [ModelSpec("cell", (16, 16, 8), 8), ModelSpec("cell", (8, 8, 3), 5),
 
 
 @pytest.fixture(scope="module")
-def space():
-    full = enumerate_space()
+def space(nb101_space):
+    full = nb101_space
     few = np.flatnonzero(full.num_vertices <= 4)[:20]  # the smallest cells (2 vertices: input → output)
     rest = np.random.default_rng(7).choice(len(full), 180, replace=False)
     return full.take(np.concatenate([few, rest]))
