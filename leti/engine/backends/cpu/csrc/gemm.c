@@ -754,68 +754,66 @@ static void window_seg(const float *xrow, int64_t row_stride, int64_t cs, int64_
     const float *bh = bp + qh * k * NR, *biash = bias ? bias + qh * NR : 0;
     int t24 = tail24 && hn == 8 && panels >= 2; /* the last full panel and the half one: 4 x 24 tiles (micro_24) */
     if (t24) full = panels - 2;
-    {
-        int64_t i = 0;
-        if (t24)
-            tail24_rows(0, ow, kh, nsub, seglen, row_stride, sub_stride, xrow, lda, bp + full * k * NR, k * NR,
-                        y + full * NR, ldy, bias ? bias + full * NR : 0, res ? res + full * NR : 0, act);
-        else if (full < panels) {
-            for (int64_t rows; ow - i > MR; i += rows) {
-                int64_t left = ow - i, tiles_left = (left + 2 * MR - 1) / (2 * MR);
-                rows = (left + tiles_left - 1) / tiles_left;
-                int64_t off = i * ldy + qh * NR;
-                const float *ai = xrow + i * lda, *rs = res ? res + off : 0;
-                float *yq = y + off;
-                switch (rows) {
-                case 12: HALF12(12); break;
-                case 11: HALF12(11); break;
-                case 10: HALF12(10); break;
-                case 9: HALF12(9); break;
-                case 8: HALF12(8); break;
-                default: HALF12(7); break;
-                }
-            }
-            for (int64_t rows; i < ow; i += rows) { /* the last 1-6 pixels */
-                int64_t left = ow - i, tiles_left = (left + MR - 1) / MR;
-                rows = (left + tiles_left - 1) / tiles_left;
-                int64_t off = i * ldy + qh * NR;
-                const float *ai = xrow + i * lda, *rs = res ? res + off : 0, *bq = bh, *bs = biash;
-                float *yq = y + off;
-                int64_t nr = hn;
-                switch (rows) {
-                case 6: WINDOW(6, 1); break;
-                case 5: WINDOW(5, 1); break;
-                case 4: WINDOW(4, 1); break;
-                case 3: WINDOW(3, 1); break;
-                case 2: WINDOW(2, 1); break;
-                default: WINDOW(1, 1); break;
-                }
+    int64_t i = 0;
+    if (t24)
+        tail24_rows(0, ow, kh, nsub, seglen, row_stride, sub_stride, xrow, lda, bp + full * k * NR, k * NR,
+                    y + full * NR, ldy, bias ? bias + full * NR : 0, res ? res + full * NR : 0, act);
+    else if (full < panels) {
+        for (int64_t rows; ow - i > MR; i += rows) {
+            int64_t left = ow - i, tiles_left = (left + 2 * MR - 1) / (2 * MR);
+            rows = (left + tiles_left - 1) / tiles_left;
+            int64_t off = i * ldy + qh * NR;
+            const float *ai = xrow + i * lda, *rs = res ? res + off : 0;
+            float *yq = y + off;
+            switch (rows) {
+            case 12: HALF12(12); break;
+            case 11: HALF12(11); break;
+            case 10: HALF12(10); break;
+            case 9: HALF12(9); break;
+            case 8: HALF12(8); break;
+            default: HALF12(7); break;
             }
         }
-        for (int64_t rows, j = 0; full > 0 && j < ow; j += rows) {
-            int64_t left = ow - j, tiles_left = (left + MR - 1) / MR;
-            rows = (left + tiles_left - 1) / tiles_left; /* balanced, as the products' row tiles */
-            const float *ai = xrow + j * lda;
-            for (int64_t q = 0, step; q < full; q += step) {
-                step = pair_panels && (q + 2) * NR <= n ? 2 : 1; /* two full panels: micro_pair */
-                const float *bq = bp + q * k * NR;
-                int64_t off = j * ldy + q * NR;
-                float *yq = y + off;
-                const float *bs = bias ? bias + q * NR : 0;
-                const float *rs = res ? res + off : 0;
-                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
-                if (step == 2) {
-                    pair_tile(rows, 1, 1, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, k * NR, yq, ldy, bs, rs,
-                              act, 0, 0);
-                } else {
-                    switch (rows) {
-                    case 6: WINDOW(6, 0); break;
-                    case 5: WINDOW(5, 0); break;
-                    case 4: WINDOW(4, 0); break;
-                    case 3: WINDOW(3, 0); break;
-                    case 2: WINDOW(2, 0); break;
-                    default: WINDOW(1, 0); break;
-                    }
+        for (int64_t rows; i < ow; i += rows) { /* the last 1-6 pixels */
+            int64_t left = ow - i, tiles_left = (left + MR - 1) / MR;
+            rows = (left + tiles_left - 1) / tiles_left;
+            int64_t off = i * ldy + qh * NR;
+            const float *ai = xrow + i * lda, *rs = res ? res + off : 0, *bq = bh, *bs = biash;
+            float *yq = y + off;
+            int64_t nr = hn;
+            switch (rows) {
+            case 6: WINDOW(6, 1); break;
+            case 5: WINDOW(5, 1); break;
+            case 4: WINDOW(4, 1); break;
+            case 3: WINDOW(3, 1); break;
+            case 2: WINDOW(2, 1); break;
+            default: WINDOW(1, 1); break;
+            }
+        }
+    }
+    for (int64_t rows, j = 0; full > 0 && j < ow; j += rows) {
+        int64_t left = ow - j, tiles_left = (left + MR - 1) / MR;
+        rows = (left + tiles_left - 1) / tiles_left; /* balanced, as the products' row tiles */
+        const float *ai = xrow + j * lda;
+        for (int64_t q = 0, step; q < full; q += step) {
+            step = pair_panels && (q + 2) * NR <= n ? 2 : 1; /* two full panels: micro_pair */
+            const float *bq = bp + q * k * NR;
+            int64_t off = j * ldy + q * NR;
+            float *yq = y + off;
+            const float *bs = bias ? bias + q * NR : 0;
+            const float *rs = res ? res + off : 0;
+            int64_t nr = n - q * NR < NR ? n - q * NR : NR;
+            if (step == 2) {
+                pair_tile(rows, 1, 1, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, k * NR, yq, ldy, bs, rs,
+                          act, 0, 0);
+            } else {
+                switch (rows) {
+                case 6: WINDOW(6, 0); break;
+                case 5: WINDOW(5, 0); break;
+                case 4: WINDOW(4, 0); break;
+                case 3: WINDOW(3, 0); break;
+                case 2: WINDOW(2, 0); break;
+                default: WINDOW(1, 0); break;
                 }
             }
         }
