@@ -34,7 +34,7 @@ SHAPES = [(112 * 112, 32, 16), (112 * 112, 16, 96), (56 * 56, 96, 24), (56 * 56,
           (8 * 8, 4608, 512)]
 
 
-def paired_panels(on: bool, fn) -> None:
+def wide_tiles(on: bool, fn) -> None:
     """fn with the AVX2 tiles wider than one panel on or off (``ckernels.set_pair_panels``, ``set_wide_tail``; both
     paths pay the switches)"""
     ckernels.set_pair_panels(on)
@@ -70,7 +70,7 @@ def main() -> None:
             run["mkl"] = partial(K.gemm_mkl_bias_act, a, w, y["mkl"], bias, True, 2, args.threads, blas.ONE_THREAD)
         if avail["leti"]:
             for p, pairs in (("leti", True), ("narrow", False)):
-                run[p] = partial(paired_panels, pairs, partial(G.gemm_leti_bias_act, a, ckernels.pack(w), y[p],
+                run[p] = partial(wide_tiles, pairs, partial(G.gemm_leti_bias_act, a, ckernels.pack(w), y[p],
                                                                ckernels.pad_bias(bias, n), True, 2, args.threads,
                                                                np.zeros((1, 1), np.float32), False))
         for p, f in run.items():

@@ -723,8 +723,23 @@ micro_window_h12(const int mr, int64_t kh, int64_t nsub, int64_t seglen, int64_t
 #define HALF12(mr) \
     micro_window_h12(mr, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bh, yq, ldy, hn, biash, rs, act)
 
-#define WINDOW(mr, half) \
-    micro_window(mr, half, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, yq, ldy, nr, bs, rs, act)
+/* one micro_window call of at most 6 pixels, the count turned into a compile-time constant (half a literal at each call,
+ * as tile() for micro) */
+static inline __attribute__((always_inline)) void
+window_tile(int64_t rows, const int half, int64_t kh, int64_t nsub, int64_t seglen, int64_t row_stride,
+            int64_t sub_stride, const float *ai, int64_t lda, const float *bq, float *yq, int64_t ldy, int64_t nr,
+            const float *bs, const float *rs, int64_t act) {
+#define WINDOW(mr) micro_window(mr, half, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, yq, ldy, nr, bs, rs, act)
+    switch (rows) {
+    case 6: WINDOW(6); break;
+    case 5: WINDOW(5); break;
+    case 4: WINDOW(4); break;
+    case 3: WINDOW(3); break;
+    case 2: WINDOW(2); break;
+    default: WINDOW(1); break;
+    }
+#undef WINDOW
+}
 
 /* Output rows r0..r1-1 of one image for the ci input channels at xp and the n output channels at y:
  * y (oh x ow, row stride ldy per pixel) = act(conv(xp, W) + bias + res), xp the zero-padded input
@@ -778,17 +793,8 @@ static void window_seg(const float *xrow, int64_t row_stride, int64_t cs, int64_
             int64_t left = ow - i, tiles_left = (left + MR - 1) / MR;
             rows = (left + tiles_left - 1) / tiles_left;
             int64_t off = i * ldy + qh * NR;
-            const float *ai = xrow + i * lda, *rs = res ? res + off : 0, *bq = bh, *bs = biash;
-            float *yq = y + off;
-            int64_t nr = hn;
-            switch (rows) {
-            case 6: WINDOW(6, 1); break;
-            case 5: WINDOW(5, 1); break;
-            case 4: WINDOW(4, 1); break;
-            case 3: WINDOW(3, 1); break;
-            case 2: WINDOW(2, 1); break;
-            default: WINDOW(1, 1); break;
-            }
+            window_tile(rows, 1, kh, nsub, seglen, row_stride, sub_stride, xrow + i * lda, lda, bh, y + off, ldy, hn,
+                        biash, res ? res + off : 0, act);
         }
     }
     for (int64_t rows, j = 0; full > 0 && j < ow; j += rows) {
@@ -802,20 +808,12 @@ static void window_seg(const float *xrow, int64_t row_stride, int64_t cs, int64_
             float *yq = y + off;
             const float *bs = bias ? bias + q * NR : 0;
             const float *rs = res ? res + off : 0;
-            int64_t nr = n - q * NR < NR ? n - q * NR : NR;
-            if (step == 2) {
+            if (step == 2)
                 pair_tile(rows, 1, 1, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, k * NR, yq, ldy, bs, rs,
                           act, 0, 0);
-            } else {
-                switch (rows) {
-                case 6: WINDOW(6, 0); break;
-                case 5: WINDOW(5, 0); break;
-                case 4: WINDOW(4, 0); break;
-                case 3: WINDOW(3, 0); break;
-                case 2: WINDOW(2, 0); break;
-                default: WINDOW(1, 0); break;
-                }
-            }
+            else
+                window_tile(rows, 0, kh, nsub, seglen, row_stride, sub_stride, ai, lda, bq, yq, ldy,
+                            n - q * NR < NR ? n - q * NR : NR, bs, rs, act);
         }
     }
 }
@@ -962,17 +960,5 @@ void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci,
 void leti_pad_nhwc(const float *x, int64_t h, int64_t wd, int64_t c, float *xp, int64_t hp, int64_t wp, int64_t pt,
                    int64_t pl, int64_t r0, int64_t r1) {
     (void)hp;
-    for (int64_t r = r0; r < r1; ++r) {
-        float *dst = xp + r * wp * c;
-        int64_t sr = r - pt;
-        if (sr < 0 || sr >= h) {
-            memset(dst, 0, (size_t)(wp * c) * sizeof(float));
-            continue;
-        }
-        int64_t cw = wp - pl < wd ? wp - pl : wd; /* a valid window may leave the last columns unread */
-        int64_t right = wp - pl - cw;
-        if (pl > 0) memset(dst, 0, (size_t)(pl * c) * sizeof(float));
-        memcpy(dst + pl * c, x + sr * wd * c, (size_t)(cw * c) * sizeof(float));
-        if (right > 0) memset(dst + (pl + cw) * c, 0, (size_t)(right * c) * sizeof(float));
-    }
+    pad_rows(x, h, wd, c, r0 - pt, r1 - r0, pl, xp + r0 * wp * c, wp, 0, wp);
 }
