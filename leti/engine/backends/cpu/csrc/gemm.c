@@ -345,7 +345,7 @@ int64_t leti_set_avx512(int64_t on) {
 }
 
 #define ROWZ(r) \
-    if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, c##r);
+    if (mr > r) c##r = rows12_fmadd(&ra, r, b0, c##r);
 #define STOREZ(r)                                                                                   \
     if (mr > r) {                                                                                   \
         float *yr = y + r * ldy;                                                                    \
@@ -364,7 +364,8 @@ micro512(const int mr, int64_t kc, const float *restrict a, int64_t lda, const f
     __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
     __m512 c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps(), c6 = _mm512_setzero_ps(), c7 = _mm512_setzero_ps();
     __m512 c8 = _mm512_setzero_ps(), c9 = _mm512_setzero_ps(), c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kc; ++p) {
+    rows12 ra = rows12_at(a, lda, mr);
+    for (int64_t p = 0; p < kc; ++p, rows12_next(&ra)) {
         if (pfb) _mm_prefetch((const char *)(pfb + p * NR), _MM_HINT_T1); /* one line of the next panel */
         __m512 b0 = _mm512_loadu_ps(b + p * NR);
         ROWZ(0) ROWZ(1) ROWZ(2) ROWZ(3) ROWZ(4) ROWZ(5) ROWZ(6) ROWZ(7) ROWZ(8) ROWZ(9) ROWZ(10) ROWZ(11)
@@ -400,7 +401,7 @@ static AVX512 void tile512(int64_t rows, int64_t kc, const float *a, int64_t lda
  * and one broadcast: 27 of the 32 zmm registers. The second panel may be partial (a store mask). */
 #define ROWZ2(r)                                                                                    \
     if (mr > r) {                                                                                   \
-        __m512 av = _mm512_set1_ps(a[r * lda + p]);                                                 \
+        __m512 av = rows12_bcast(&ra, r);                                                           \
         c##r = _mm512_fmadd_ps(av, b0, c##r);                                                       \
         d##r = _mm512_fmadd_ps(av, b1, d##r);                                                       \
     }
@@ -433,7 +434,8 @@ micro512x2(const int mr, int64_t kc, const float *restrict a, int64_t lda, const
     __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps(), d2 = _mm512_setzero_ps(), d3 = _mm512_setzero_ps();
     __m512 d4 = _mm512_setzero_ps(), d5 = _mm512_setzero_ps(), d6 = _mm512_setzero_ps(), d7 = _mm512_setzero_ps();
     __m512 d8 = _mm512_setzero_ps(), d9 = _mm512_setzero_ps(), d10 = _mm512_setzero_ps(), d11 = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kc; ++p) {
+    rows12 ra = rows12_at(a, lda, mr);
+    for (int64_t p = 0; p < kc; ++p, rows12_next(&ra)) {
         if (pfb) {
             _mm_prefetch((const char *)(pfb + p * NR), _MM_HINT_T1);
             _mm_prefetch((const char *)(pfb2 + p * NR), _MM_HINT_T1);

@@ -14,9 +14,13 @@
 
 #define WROW(r)                                                                                     \
     if (mr > r) {                                                                                   \
-        __m512 av = _mm512_set1_ps(a[r * lda + p]);                                                 \
-        c##r = _mm512_fmadd_ps(av, b0, c##r);                                                       \
-        if (two) d##r = _mm512_fmadd_ps(av, b1, d##r);                                              \
+        if (two) {                                                                                  \
+            __m512 av = rows12_bcast(&ra, r);                                                       \
+            c##r = _mm512_fmadd_ps(av, b0, c##r);                                                   \
+            d##r = _mm512_fmadd_ps(av, b1, d##r);                                                   \
+        } else {                                                                                    \
+            c##r = rows12_fmadd(&ra, r, b0, c##r);                                                  \
+        }                                                                                           \
     }
 #define WSTORE(r)                                                                                   \
     if (mr > r) {                                                                                   \
@@ -45,8 +49,8 @@ window_tile(const int mr, const int two, int64_t kh, int64_t nsub, int64_t segle
     const float *b = bpanel;
     for (int64_t s = 0; s < kh; ++s) {
         for (int64_t t = 0; t < nsub; ++t, b += seglen * NR) {
-            const float *a = a0 + s * row_stride + t * sub_stride;
-            for (int64_t p = 0; p < seglen; ++p) {
+            rows12 ra = rows12_at(a0 + s * row_stride + t * sub_stride, lda, mr);
+            for (int64_t p = 0; p < seglen; ++p, rows12_next(&ra)) {
                 __m512 b0 = _mm512_loadu_ps(b + p * NR);
                 __m512 b1 = two ? _mm512_loadu_ps(b + k * NR + p * NR) : b0;
                 WROW(0) WROW(1) WROW(2) WROW(3) WROW(4) WROW(5) WROW(6) WROW(7) WROW(8) WROW(9) WROW(10) WROW(11)
