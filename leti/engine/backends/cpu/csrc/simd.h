@@ -56,58 +56,48 @@ static inline __attribute__((always_inline)) void rows12_next(rows12 *r) {
     r->hi += 4;
 }
 
-#define ROWS12_BCAST(v, base, mode)                                                                 \
-    __asm__("vbroadcastss " mode ", %0"                                                            \
-            : "=v"(v)                                                                               \
-            : "r"(base), "r"(r->l1), "r"(r->l3), "r"(r->l5), "m"(*(const char(*)[])base))
+/* the twelve rows' addressing modes (two row pointers, strides lda, 3 lda, 5 lda): OP(base, mode) for `row` */
+#define ROWS12_SWITCH(OP)                                                                           \
+    switch (row) {                                                                                  \
+    case 0: OP(r->lo, "(%1)"); break;                                                               \
+    case 1: OP(r->lo, "(%1,%2,1)"); break;                                                          \
+    case 2: OP(r->lo, "(%1,%2,2)"); break;                                                          \
+    case 3: OP(r->lo, "(%1,%3,1)"); break;                                                          \
+    case 4: OP(r->lo, "(%1,%2,4)"); break;                                                          \
+    case 5: OP(r->lo, "(%1,%4,1)"); break;                                                          \
+    case 6: OP(r->hi, "(%1)"); break;                                                               \
+    case 7: OP(r->hi, "(%1,%2,1)"); break;                                                          \
+    case 8: OP(r->hi, "(%1,%2,2)"); break;                                                          \
+    case 9: OP(r->hi, "(%1,%3,1)"); break;                                                          \
+    case 10: OP(r->hi, "(%1,%2,4)"); break;                                                         \
+    default: OP(r->hi, "(%1,%4,1)"); break;                                                         \
+    }
 
 /* row `row` (a compile-time constant after inlining) of the current column, broadcast to 16 lanes; the "m"
  * operand tells the compiler that the asm reads the rows */
 static inline AVX512 __attribute__((always_inline)) __m512 rows12_bcast(const rows12 *r, const int row) {
     __m512 v;
-    switch (row) {
-    case 0: ROWS12_BCAST(v, r->lo, "(%1)"); break;
-    case 1: ROWS12_BCAST(v, r->lo, "(%1,%2,1)"); break;
-    case 2: ROWS12_BCAST(v, r->lo, "(%1,%2,2)"); break;
-    case 3: ROWS12_BCAST(v, r->lo, "(%1,%3,1)"); break;
-    case 4: ROWS12_BCAST(v, r->lo, "(%1,%2,4)"); break;
-    case 5: ROWS12_BCAST(v, r->lo, "(%1,%4,1)"); break;
-    case 6: ROWS12_BCAST(v, r->hi, "(%1)"); break;
-    case 7: ROWS12_BCAST(v, r->hi, "(%1,%2,1)"); break;
-    case 8: ROWS12_BCAST(v, r->hi, "(%1,%2,2)"); break;
-    case 9: ROWS12_BCAST(v, r->hi, "(%1,%3,1)"); break;
-    case 10: ROWS12_BCAST(v, r->hi, "(%1,%2,4)"); break;
-    default: ROWS12_BCAST(v, r->hi, "(%1,%4,1)"); break;
-    }
+#define BCAST(base, mode)                                                                           \
+    __asm__("vbroadcastss " mode ", %0"                                                            \
+            : "=v"(v)                                                                               \
+            : "r"(base), "r"(r->l1), "r"(r->l3), "r"(r->l5), "m"(*(const char(*)[])base))
+    ROWS12_SWITCH(BCAST)
+#undef BCAST
     return v;
 }
-#undef ROWS12_BCAST
 
-#define ROWS12_FMA(c, b, base, mode)                                                                \
+/* c + b * row `row` of the current column, the row's element broadcast by the FMA itself (one instruction: where
+ * each element feeds a single FMA, a separate broadcast costs more than it saves: single-panel tiles 3-7 % slower) */
+static inline AVX512 __attribute__((always_inline)) __m512 rows12_fmadd(const rows12 *r, const int row, __m512 b,
+                                                                         __m512 c) {
+#define FMA(base, mode)                                                                             \
     __asm__("vfmadd231ps " mode "%{1to16%}, %5, %0"                                                 \
             : "+v"(c)                                                                               \
             : "r"(base), "r"(r->l1), "r"(r->l3), "r"(r->l5), "v"(b), "m"(*(const char(*)[])base))
-
-/* c + b * row `row` of the current column, the row's element broadcast by the FMA itself (one instruction: where
- * each element feeds a single FMA, a separate broadcast costs more than it saves) */
-static inline AVX512 __attribute__((always_inline)) __m512 rows12_fmadd(const rows12 *r, const int row, __m512 b,
-                                                                         __m512 c) {
-    switch (row) {
-    case 0: ROWS12_FMA(c, b, r->lo, "(%1)"); break;
-    case 1: ROWS12_FMA(c, b, r->lo, "(%1,%2,1)"); break;
-    case 2: ROWS12_FMA(c, b, r->lo, "(%1,%2,2)"); break;
-    case 3: ROWS12_FMA(c, b, r->lo, "(%1,%3,1)"); break;
-    case 4: ROWS12_FMA(c, b, r->lo, "(%1,%2,4)"); break;
-    case 5: ROWS12_FMA(c, b, r->lo, "(%1,%4,1)"); break;
-    case 6: ROWS12_FMA(c, b, r->hi, "(%1)"); break;
-    case 7: ROWS12_FMA(c, b, r->hi, "(%1,%2,1)"); break;
-    case 8: ROWS12_FMA(c, b, r->hi, "(%1,%2,2)"); break;
-    case 9: ROWS12_FMA(c, b, r->hi, "(%1,%3,1)"); break;
-    case 10: ROWS12_FMA(c, b, r->hi, "(%1,%2,4)"); break;
-    default: ROWS12_FMA(c, b, r->hi, "(%1,%4,1)"); break;
-    }
+    ROWS12_SWITCH(FMA)
+#undef FMA
     return c;
 }
-#undef ROWS12_FMA
+#undef ROWS12_SWITCH
 
 #endif
