@@ -38,7 +38,7 @@ static inline AVX512 __attribute__((always_inline)) __m512 activate512(__m512 v,
  * (rows 0-5 and 6-11) and three strides (lda, 3 lda and 5 lda in bytes), row r at base + stride * scale, five
  * registers in all. Written as a[r * lda + p], GCC keeps one register per row, and with the B pointers and the loop
  * bound it runs out of the sixteen: on a 12 x 32 tile it spilled row pointers to xmm registers and the stack inside
- * the k loop (51 instructions a k step, 41 with this; products 4-5 % faster on a Zen 4, bit for bit the same). */
+ * the k loop (51 instructions a k step, 41 with this; products 3-5 % faster on a Zen 4, bit for bit the same). */
 typedef struct {
     const char *lo, *hi;
     int64_t l1, l3, l5;
@@ -77,25 +77,25 @@ static inline __attribute__((always_inline)) void rows12_next(rows12 *r) {
  * operand tells the compiler that the asm reads the rows */
 static inline AVX512 __attribute__((always_inline)) __m512 rows12_bcast(const rows12 *r, const int row) {
     __m512 v;
-#define BCAST(base, mode)                                                                           \
+#define ROWS12_BCAST_OP(base, mode)                                                                \
     __asm__("vbroadcastss " mode ", %0"                                                            \
             : "=v"(v)                                                                               \
             : "r"(base), "r"(r->l1), "r"(r->l3), "r"(r->l5), "m"(*(const char(*)[])base))
-    ROWS12_SWITCH(BCAST)
-#undef BCAST
+    ROWS12_SWITCH(ROWS12_BCAST_OP)
+#undef ROWS12_BCAST_OP
     return v;
 }
 
 /* c + b * row `row` of the current column, the row's element broadcast by the FMA itself (one instruction: where
- * each element feeds a single FMA, a separate broadcast costs more than it saves: single-panel tiles 3-7 % slower) */
+ * each element feeds a single FMA, a separate broadcast made single-panel products 14-17 % slower on the Zen 4) */
 static inline AVX512 __attribute__((always_inline)) __m512 rows12_fmadd(const rows12 *r, const int row, __m512 b,
                                                                          __m512 c) {
-#define FMA(base, mode)                                                                             \
+#define ROWS12_FMA_OP(base, mode)                                                                  \
     __asm__("vfmadd231ps " mode "%{1to16%}, %5, %0"                                                 \
             : "+v"(c)                                                                               \
             : "r"(base), "r"(r->l1), "r"(r->l3), "r"(r->l5), "v"(b), "m"(*(const char(*)[])base))
-    ROWS12_SWITCH(FMA)
-#undef FMA
+    ROWS12_SWITCH(ROWS12_FMA_OP)
+#undef ROWS12_FMA_OP
     return c;
 }
 #undef ROWS12_SWITCH
