@@ -67,24 +67,30 @@ class _Boosting(Predictor):
     def _fit(self, table: CellTable, y: np.ndarray) -> None:
         self.fit_features(self._x(table), y)
 
-    def fit_features(self, x: np.ndarray, y: np.ndarray) -> "_Boosting":
+    def fit_features(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> "_Boosting":
         """Fit on a ready feature matrix instead of cells (e.g. the engine's op configurations);
-        ``y`` in ms. Used by :mod:`leti.engine.cost.learned`."""
+        ``y`` in ms. Used by :mod:`leti.engine.cost.learned`. ``weight`` (per row, optional): each member's
+        bootstrap draws rows with probability proportional to it (a single member too)."""
         if int(self.n_members) < 1:
             raise LetiError(f"n_members must be at least 1, got {self.n_members}")
         x, z = np.ascontiguousarray(x, np.float32), self._y(np.asarray(y, np.float64))
         self.members_ = []
         for i in range(int(self.n_members)):
-            idx = self._bag(i, len(z))
+            idx = self._bag(i, len(z), weight)
             self.members_.append(self._train(x[idx], z[idx], int(self.random_state) + i))
         self._compile()
         return self
 
-    def _bag(self, i: int, n: int) -> np.ndarray:
-        """Training rows of member ``i``: all of them for one member, else a seeded bootstrap sample."""
+    def _bag(self, i: int, n: int, weight: np.ndarray | None = None) -> np.ndarray:
+        """Training rows of member ``i``: all of them for one unweighted member, else a seeded bootstrap sample
+        (drawn in proportion to ``weight`` when given)."""
+        rng = np.random.default_rng(int(self.random_state) + i)
+        if weight is not None:
+            p = np.asarray(weight, np.float64)
+            return rng.choice(n, n, p=p / p.sum())
         if self.n_members == 1:
             return np.arange(n)
-        return np.random.default_rng(int(self.random_state) + i).integers(0, n, n)
+        return rng.integers(0, n, n)
 
     def predict_features(self, x: np.ndarray) -> np.ndarray:
         """Predictions (ms) for a feature matrix laid out as in :meth:`fit_features`."""

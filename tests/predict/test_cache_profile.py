@@ -118,3 +118,32 @@ def test_feature_maps_count_once_per_arena_not_once_per_step():
     extra = p.in_model_ms(rows, alone, warm)
     assert extra[0] == 0.0  # the classifier's 2 MB stay in the 16 MB cache beside 2 MB of maps
     assert extra[np.flatnonzero(maps)[1]] == pytest.approx(0.03, rel=0.15)  # one 66 MB step evicts them
+
+
+def test_weights_the_core_cache_held_alone_cost_their_next_level_in_any_model_that_evicts_it():
+    base = _profile()
+    near = {0.125: (0.002, 0.004), 0.25: (0.003, 0.007), 0.5: (0.005, 0.012)}  # warm, after a 4 MB flush
+    sizes, flush = (1.0, 2.0, 4.0, 8.0), (4.0, 8.0, 16.0, 32.0, 64.0)
+    warm = {w: 0.01 * w for w in sizes}
+    share = lambda t: float(np.clip((t - 16.0) / 16.0, 0.0, 1.0))  # noqa: E731
+    cold = {(w, x): 0.01 * w + 0.015 * w * share(w + x) for w in sizes for x in flush}
+    p = CacheProfile.from_times(warm, cold, near)
+    assert p.near_mb == [0.125, 0.25, 0.5] and p.near_ms == pytest.approx([0.002, 0.004, 0.007])
+    assert p.near(np.array([0.0625, 0.375, 3.0])) == pytest.approx([0.001, 0.0055, 0.007])  # through 0; flat beyond
+    assert base.near_mb == [] and base.near(np.array([0.25]))[0] == 0.0  # a profile without the sizes adds nothing
+    assert CacheProfile.from_dict(p.to_dict()) == p and CacheProfile.from_dict(base.to_dict()) == base
+    rows = normalize(pd.DataFrame(_rows("tiny", [(4, 0.25), (4, 0.25)]) + _rows("one", [(4, 0.25), (1, 3.0)])
+                                  + _rows("mobile", [(4, 0.25), (1, 5.0), (1, 5.0)])), "t")
+    near_ms = p.near_in_model_ms(rows)
+    # 0.5 MB in all: the core's cache holds the model; the others' 3 MB pass less than the smallest flush between two
+    # runs of "one"'s product; "mobile"'s pass more: its product's 0.25 MB come from the next level, and each
+    # classifier pays the largest size's cost (the part of its weights the core's cache held alone)
+    assert near_ms == pytest.approx([0.0, 0.0, 0.0, 0.0, 0.004, 0.007, 0.007])
+    assert not base.near_in_model_ms(rows).any()
+    # in a predictor's breakdown: part of the kernel's own time (scaled with the sum by the overhead), not of cold_ms
+    alone = np.array([0.02, 0.02, 0.02, 0.04, 0.02, 0.06, 0.06])
+    pred = KernelLatencyPredictor(KernelRegressors(), Overhead(), "engine", "leti-engine-cpu", "float", cache=p)
+    inside = pred.in_model(rows.assign(predicted_ms=alone))
+    assert inside.near_ms.to_numpy() == pytest.approx(near_ms)
+    assert inside.cold_ms.to_numpy() == pytest.approx(p.in_model_ms(rows, alone, pred.warm_ms))
+    assert inside.predicted_ms.to_numpy() == pytest.approx(alone + inside.cold_ms + inside.near_ms + inside.stepped_ms)

@@ -12,7 +12,8 @@ The build (nn-Meter's adaptive sampling, with LETI's uncertainty) runs in rounds
 2. each round fits the per-type regressors, cross-validates them per type, and plans the next round: its
    kernels go to the types with the largest latency-weighted CV error (times their weight), and within a type to the
    candidates with the largest predicted uncertainty (the bagged members' spread) among fresh draws and
-   draws near the kernels predicted worst;
+   draws near the kernels predicted worst; every fit weighs a kernel by its closeness to real networks' kernels
+   (:mod:`.coverage`);
 
 until the budget (wall minutes, conversion, fits and detection included) is spent; then, once, the device's cache
 profile (:mod:`.cache`: what a one-pixel kernel's weights cost once a network has pushed them out). The final predictor
@@ -41,8 +42,9 @@ from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.split import FusionRules, rules_for
 
 DB = "kernels.sqlite"
-#: regressor settings of the per-round fits and CV (the final fit uses KernelRegressors' defaults)
-ROUND_PARAMS = {"n_members": 4, "n_estimators": 150, "max_depth": 5}
+#: regressor settings of the per-round fits and CV (the final fit uses KernelRegressors' defaults; both weigh each
+#: kernel by its closeness to real networks' kernels, :mod:`.coverage`)
+ROUND_PARAMS = {"n_members": 4, "n_estimators": 150, "max_depth": 5, "coverage": True}
 
 
 @dataclass

@@ -45,7 +45,8 @@ class ModelLatency:
     kernels: pd.DataFrame
 
     def to_dict(self) -> dict:
-        keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms", "cold_ms", "stepped_ms")
+        keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms", "cold_ms", "stepped_ms",
+                            "near_ms")
                 if c in self.kernels]
         return {"model": self.model, "latency_ms": self.latency_ms, "std_ms": self.std_ms, "low_ms": self.low_ms,
                 "high_ms": self.high_ms, "kernel_sum_ms": self.kernel_sum_ms, "overhead_ms": self.overhead_ms,
@@ -97,13 +98,15 @@ class KernelLatencyPredictor:
         cache profile says a kernel pays for weights its model has pushed out of the cache
         (:meth:`~leti.predict.kernels.cache.CacheProfile.in_model_ms`), plus ``stepped_ms``, what a kernel LETI's
         engine runs outside its native program costs between two programs (:func:`~.resident.stepped_ms`; 0 on
-        other runtimes)."""
+        other runtimes), plus ``near_ms``, what its weights that the core's cache held alone cost from the next level
+        (:meth:`~leti.predict.kernels.cache.CacheProfile.near_in_model_ms`; 0 for a profile without it)."""
         step = stepped_ms(rows)
         if self.cache is None and not step.any():
             return rows
         ms = rows["predicted_ms"].to_numpy(np.float64)
         cold = np.zeros(len(rows)) if self.cache is None else self.cache.in_model_ms(rows, ms, self.warm_ms)
-        return rows.assign(predicted_ms=ms + cold + step, cold_ms=cold, stepped_ms=step)
+        near = np.zeros(len(rows)) if self.cache is None else self.cache.near_in_model_ms(rows)
+        return rows.assign(predicted_ms=ms + cold + step + near, cold_ms=cold, stepped_ms=step, near_ms=near)
 
     def warm_ms(self, weights_mb: np.ndarray) -> np.ndarray:
         """What reading ``weights_mb`` MB of weights from the cache takes: this predictor's one-pixel fully connected

@@ -90,7 +90,7 @@ def choose_base(x: np.ndarray, z: np.ndarray, kernel_type: str, features: tuple[
 RIDGE = 10.0
 
 
-def _ridge(a: np.ndarray, z: np.ndarray, lam: float = RIDGE) -> np.ndarray:
+def _ridge(a: np.ndarray, z: np.ndarray, lam: float = RIDGE, weight: np.ndarray | None = None) -> np.ndarray:
     """Ridge least squares with the slopes held non-negative (the intercept free).
 
     Why the sign constraint: a kernel never gets faster with more work or more bytes, and with free signs
@@ -99,6 +99,9 @@ def _ridge(a: np.ndarray, z: np.ndarray, lam: float = RIDGE) -> np.ndarray:
     models. Non-negative slopes keep any off-line kernel between the laws of its neighbours."""
     from scipy.optimize import lsq_linear
 
+    if weight is not None:  # weighted least squares: each row scaled by the root of its weight
+        r = np.sqrt(np.asarray(weight, np.float64))
+        a, z = a * r[:, None], z * r
     k = a.shape[1]
     reg = np.sqrt(lam) * np.eye(k)
     reg[0, 0] = 0.0
@@ -108,14 +111,16 @@ def _ridge(a: np.ndarray, z: np.ndarray, lam: float = RIDGE) -> np.ndarray:
 
 class KernelRegressors:
     """``fit(table)`` on a kernel table (LETI's schema) with ``latency_ms``; ``predict(table)`` gives
-    (ms, log-space std) per row. ``family``: a boosting family of :mod:`leti.predict.boosting`."""
+    (ms, log-space std) per row. ``family``: a boosting family of :mod:`leti.predict.boosting`; ``coverage``: each
+    kernel weighs its closeness to real networks' kernels in its type's fit (:mod:`.coverage`; the kernel build's
+    fits)."""
 
     def __init__(self, family: str = "xgboost", n_members: int = 5, n_estimators: int = 300,
                  learning_rate: float = 0.05, max_depth: int = 5, base: bool = True, random_state: int = 0,
-                 n_jobs: int = 1) -> None:
+                 n_jobs: int = 1, coverage: bool = False) -> None:
         self.params = {"family": family, "n_members": int(n_members), "n_estimators": int(n_estimators),
                        "learning_rate": float(learning_rate), "max_depth": int(max_depth), "base": bool(base),
-                       "random_state": int(random_state), "n_jobs": int(n_jobs)}
+                       "random_state": int(random_state), "n_jobs": int(n_jobs), "coverage": bool(coverage)}
         self.types_: dict[str, dict] = {}
         self.boosters_: dict[str, object] = {}
         #: the feature list of the fit (an older predictor's prefix of FEATURES when loaded)
@@ -130,22 +135,31 @@ class KernelRegressors:
                               learning_rate=p["learning_rate"], max_depth=p["max_depth"],
                               random_state=p["random_state"], n_jobs=p["n_jobs"])
 
-    def fit(self, table: pd.DataFrame) -> KernelRegressors:
+    def fit(self, table: pd.DataFrame, weight: np.ndarray | None = None) -> KernelRegressors:
+        """``weight``: the rows' :mod:`.coverage` weights when already computed (a cross-validation computes them
+        once on the whole table; else they are computed here when ``coverage`` is on)."""
         y = table["latency_ms"].to_numpy(np.float64)
         if "runtime" in table and self.features_ == FEATURES:  # the default list: the engine's takes its schemes
             self.features_ = features_for(table["runtime"].astype(str).unique())
         x = kernel_features(table, self.features_)
         types = table["kernel_type"].to_numpy()
+        if not self.params.get("coverage"):
+            weight = None
+        elif weight is None:
+            from leti.predict.kernels.coverage import coverage_weights
+
+            weight = coverage_weights(table, seed=self.params["random_state"])
         for t in sorted(set(types)):
             m = types == t
             xt, zt = x[m], np.log(y[m])
+            wt = None if weight is None else weight[m]
             names = choose_base(xt, zt, t, self.features_) if self.params["base"] else BASE_FEATURES
             if self.params["base"] and m.sum() >= 2 * len(_BASE_IDX):
-                coef = _ridge(_base_design(xt, names, self.features_), zt)
+                coef = _ridge(_base_design(xt, names, self.features_), zt, weight=wt)
             else:  # too few rows for a slope: the mean log latency
                 coef = np.r_[zt.mean(), np.zeros(len(_BASE_IDX))]
             base = _base_design(xt, names, self.features_) @ coef
-            booster = self._booster().fit_features(xt, np.exp(zt - base))
+            booster = self._booster().fit_features(xt, np.exp(zt - base), weight=wt)
             self.boosters_[t] = booster
             centre = np.median(xt[:, _BASE_IDX], axis=0)
             self.types_[t] = {"rows": int(m.sum()), "base": coef.tolist(), "centre": centre.tolist()}

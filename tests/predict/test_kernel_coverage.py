@@ -1,0 +1,82 @@
+"""Coverage weights (issue 16): a kernel build's fit weighs each measured kernel by its closeness to the kernels of
+real networks, so the corners adaptive rounds measure do not set the error where models are."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from leti.models.kernel_models import KernelConfig, expected_row
+from leti.predict.base import make_predictor
+from leti.predict.kernels.coverage import CLIP, MIN_ROWS, coverage_weights, real_shapes
+from leti.predict.kernels.predictor import KernelRegressors
+from leti.predict.kernels.schema import normalize
+from leti.predict.kernels.sampler import KernelSampler
+
+
+def _rows(configs, ms) -> pd.DataFrame:
+    rows = [dict(expected_row(c), model=f"k{i}", latency_ms=m, device="engine", runtime="leti-engine-cpu",
+                 precision="float") for i, (c, m) in enumerate(zip(configs, ms))]
+    return normalize(pd.DataFrame(rows), "test")
+
+
+def _mixed_conv2d(n_real: int = 60, n_corner: int = 60, seed: int = 0):
+    """conv2d kernels drawn from the real distribution and corner ones no real network has (1×1 maps of 900+
+    channels with 1-3 outputs, 5×5 windows on 1-2 channels at 60+ pixels)."""
+    rng = np.random.default_rng(seed)
+    real = KernelSampler().draw("conv2d", n_real, rng, uniform_share=0.0)
+    corner = []
+    for i in range(n_corner):
+        if i % 2:
+            corner.append(KernelConfig("conv2d", 1, 1, int(rng.integers(900, 1500)), kernel=1,
+                                       output_c=int(rng.integers(1, 4))))
+        else:
+            corner.append(KernelConfig("conv2d", int(rng.integers(60, 90)), int(rng.integers(60, 90)),
+                                       int(rng.integers(1, 3)), kernel=5, output_c=int(rng.integers(1, 3))))
+    return real, corner
+
+
+def test_real_like_kernels_outweigh_corner_kernels_and_weights_average_one_per_type():
+    real, corner = _mixed_conv2d()
+    adds = [KernelConfig("add", 8 + i, 8 + i, 16) for i in range(10)]  # too few rows to weigh: all 1
+    table = _rows(real + corner + adds, np.ones(len(real) + len(corner) + len(adds)))
+    w = coverage_weights(table)
+    wr, wc, wa = w[: len(real)], w[len(real): len(real) + len(corner)], w[len(real) + len(corner):]
+    assert np.mean(wr) > 2 * np.mean(wc)
+    assert np.mean(np.r_[wr, wc]) == pytest.approx(1.0)
+    assert np.all(wa == 1.0) and len(adds) < MIN_ROWS
+    assert np.max(np.r_[wr, wc]) / np.min(np.r_[wr, wc]) <= CLIP * CLIP + 1e-9  # clipped both sides of the median
+
+
+def test_real_shapes_are_cached_and_types_without_real_kernels_have_none():
+    assert real_shapes("conv2d") is real_shapes("conv2d")
+    assert real_shapes("transpose") is None  # a synthetic seed type: no real network to weigh by
+
+
+def test_weighted_bootstrap_never_draws_a_zero_weight_row():
+    booster = make_predictor("xgboost", target="log", n_members=3, n_estimators=5, max_depth=2)
+    weight = np.r_[np.zeros(50), np.ones(50)]
+    for i in range(3):
+        idx = booster._bag(i, 100, weight)
+        assert len(idx) == 100 and idx.min() >= 50
+    assert booster._bag(0, 100).min() < 50  # unweighted: every row can be drawn
+
+
+def test_coverage_fit_answers_real_kernels_better_when_corners_follow_another_law():
+    # the corners cost 3x what the real kernels' law says: an unweighted fit splits the difference near them,
+    # the weighted one stays with the real kernels' law where real kernels are
+    real, corner = _mixed_conv2d(120, 120, seed=1)
+    table = _rows(real + corner, np.ones(len(real) + len(corner)))
+    law = 2e-9 * table.flops.to_numpy() + 1e-3
+    table["latency_ms"] = np.where(np.arange(len(table)) < len(real), law, 3 * law)
+    test_real, _ = _mixed_conv2d(60, 0, seed=2)
+    probe = _rows(test_real, np.ones(len(test_real)))
+    probe["latency_ms"] = 2e-9 * probe.flops.to_numpy() + 1e-3
+    params = {"n_members": 2, "n_estimators": 40, "max_depth": 3}
+    errs = {}
+    for cov in (False, True):
+        reg = KernelRegressors(**params, coverage=cov).fit(table)
+        assert reg.params["coverage"] is cov
+        ms, _ = reg.predict(probe)
+        errs[cov] = float(np.mean(np.abs(np.log(ms / probe.latency_ms.to_numpy()))))
+    assert errs[True] < errs[False]
+
