@@ -50,6 +50,9 @@ def build_cmd(
                                    "predictions are for, where the overhead's eviction term ramps (0: as the "
                                    "calibration networks had it; e.g. 24 for a quiet Zen 3 whose networks were "
                                    "timed under load)."),
+    coverage: Optional[bool] = typer.Option(None, "--coverage/--no-coverage", help="Weigh each measured kernel by "
+                                            "its closeness to real networks' kernels in the fits (default: as the "
+                                            "build in --out was fitted; on for a new build)."),
     transfer_from: Optional[Path] = typer.Option(None, "--transfer-from", help="Another device's kernel predictor "
                                                  "to adapt (kernel-level transfer): a few minutes of kernels, chosen "
                                                  "to correct its regressors per type, instead of an hour."),
@@ -71,6 +74,8 @@ def build_cmd(
         raise LetiError("--seed, --calibration and --networks must be zero or positive whole numbers")
     if cache_mb < 0 or (cache_mb and transfer_from is not None):
         raise LetiError(f"--cache-mb must be 0 or above and goes without --transfer-from, got {cache_mb:g}")
+    if coverage is not None and transfer_from is not None:
+        raise LetiError("--coverage/--no-coverage goes without --transfer-from (a transfer adapts the source's fits)")
     check_out(out)
     dev = _open(device, threads)
     if transfer_from is not None:  # a source that cannot be adapted is refused before anything is written
@@ -102,7 +107,7 @@ def build_cmd(
             report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
                                             n_calibration=calibration, n_networks=60 if networks is None else networks,
                                             detect=detect is not False, cache_probe=cache_probe, cache_mb=cache_mb,
-                                            notify=notify)
+                                            coverage=coverage, notify=notify)
     finally:
         bar.stop()
     for note in report.notes:

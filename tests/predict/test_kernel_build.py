@@ -211,6 +211,18 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     assert sum(report.per_type.values()) == len(pd.read_parquet(tmp_path / "kp" / "kernels.parquet"))
     assert report.rules == {"runtime": "tflite-xnnpack", "fuse": {}, "source": "default"}  # not detected: a priori
     assert "cache" not in json.loads((tmp_path / "kp" / "manifest.json").read_text())  # no one-pixel product type
+    # a new build's fits weigh kernels by their closeness to real networks' kernels; a rerun keeps or changes that
+    manifest = lambda: json.loads((tmp_path / "kp" / "manifest.json").read_text())  # noqa: E731
+    assert manifest()["kernels"]["params"]["coverage"] is True
+    build_kernel_predictor("local", tmp_path / "kp", 0.5, kernel_types=["hard_swish", "relu"], n_calibration=0,
+                           n_networks=0, detect=False, seed=1, coverage=False)  # the budget is spent: a refit
+    assert manifest()["kernels"]["params"]["coverage"] is False
+    with sqlite3.connect(tmp_path / "kp" / "kernels.sqlite") as c:
+        assert json.loads(c.execute("SELECT value FROM meta WHERE key='coverage'").fetchone()[0]) is False
+        c.execute("DELETE FROM meta WHERE key='coverage'")  # a store from before the setting existed
+    build_kernel_predictor("local", tmp_path / "kp", 0.5, kernel_types=["hard_swish", "relu"], n_calibration=0,
+                           n_networks=0, detect=False, seed=1)
+    assert manifest()["kernels"]["params"]["coverage"] is False  # it was fitted without: refitted the same way
     # benchmarks/bench_kernels_alone.py: every kernel of a model built alone and timed against the build's reference
     import importlib.util
 
@@ -263,6 +275,8 @@ def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf, m
     (["build", "--device", "local", "--budget-minutes", "-3"], "--budget-minutes must be above 0, got -3"),
     (["build", "--device", "local", "--budget-minutes", "1", "--threads", "0"],
      "--threads must be a positive whole number, got 0"),
+    (["build", "--device", "local", "--budget-minutes", "1", "--no-coverage", "--transfer-from", "src"],
+     "--coverage/--no-coverage goes without --transfer-from (a transfer adapts the source's fits)"),
     (["detect", "--device", "nowhere"],
      "--device 'nowhere': kernels are measured on a device that runs models in this process: local, engine, "
      "cuda-engine"),

@@ -13,7 +13,7 @@ The build (nn-Meter's adaptive sampling, with LETI's uncertainty) runs in rounds
    kernels go to the types with the largest latency-weighted CV error (times their weight), and within a type to the
    candidates with the largest predicted uncertainty (the bagged members' spread) among fresh draws and
    draws near the kernels predicted worst; every fit weighs a kernel by its closeness to real networks' kernels
-   (:mod:`.coverage`);
+   (:mod:`.coverage`; ``--no-coverage``: not);
 
 until the budget (wall minutes, conversion, fits and detection included) is spent; then, once, the device's cache
 profile (:mod:`.cache`: what a one-pixel kernel's weights cost once a network has pushed them out). The final predictor
@@ -43,8 +43,8 @@ from leti.predict.kernels.split import FusionRules, rules_for
 
 DB = "kernels.sqlite"
 #: regressor settings of the per-round fits and CV (the final fit uses KernelRegressors' defaults; both weigh each
-#: kernel by its closeness to real networks' kernels, :mod:`.coverage`)
-ROUND_PARAMS = {"n_members": 4, "n_estimators": 150, "max_depth": 5, "coverage": True}
+#: kernel by its closeness to real networks' kernels, :mod:`.coverage`, unless the build says otherwise)
+ROUND_PARAMS = {"n_members": 4, "n_estimators": 150, "max_depth": 5}
 
 
 @dataclass
@@ -191,24 +191,26 @@ def plan_networks(store: BuildStore, n: int, seed: int) -> int:
 def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed: int = 0, threads: int = 1,
                            kernel_types: list[str] | None = None, n_calibration: int = 40, n_networks: int = 60,
                            initial_per_type: int = 24, detect: bool = True, protocol=None, cache_probe: bool = True,
-                           cache_mb: float = 0.0,
+                           cache_mb: float = 0.0, coverage: bool | None = None,
                            notify: Callable[[float, float, str], None] = lambda _s, _b, _m: None) -> BuildReport:
     """Build (or continue building) the kernel predictor of ``device`` (a name for
     :func:`~leti.device.registry.open_device`, or a device) into ``out`` within ``budget_minutes`` of wall
     time in all; ``kernel_types`` limits the types sampled (default: every type of the real networks);
     ``cache_probe``: measure the device's cache profile (:func:`_cache_profile`); ``cache_mb``: the cache a model
     has to itself on the host predicted for, where the overhead's eviction term ramps (``Overhead.cache_mb``);
+    ``coverage``: the fits weigh each kernel by its closeness to real networks' kernels (:mod:`.coverage`; None: as
+    the store's build was fitted, which a store from before session 31 was not; on for a new build);
     ``notify(spent_s, budget_s, what)`` is called after every step (the progress bar)."""
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench, runtime_of
     from leti.predict.kernels.detect import DEFAULT_PAIRS, DETECT_PROTOCOL, measure_pairs, rules_from
-    from leti.predict.kernels.sampler import KernelSampler
+    from leti.predict.kernels.sampler import default_sampler
 
     if not budget_minutes > 0:
         raise LetiError(f"--budget-minutes must be above 0, got {budget_minutes:g}")
     out = Path(out)
     check_out(out)
-    sampler = KernelSampler()
+    sampler = default_sampler()
     types = sorted(kernel_types) if kernel_types else sampler.kernel_types
     unknown = sorted(set(types) - set(sampler.kernel_types))
     if unknown:
@@ -221,7 +223,12 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         if (store.get("identity") or {}).get("transfer_from"):
             raise LetiError(f"{out} holds a transfer build (leti kernels build --transfer-from); rerun it with its "
                             "--transfer-from to continue it, or use another --out")
+        new = store.get("identity") is None
         store.bind(device=dev.id, runtime=runtime, threads=threads, seed=seed, kernel_types=types)
+        if coverage is None:  # a fitting choice, not a measurement setting: a rerun may change it
+            coverage = bool(store.get("coverage", new))
+        store.set("coverage", bool(coverage))
+        params = {**ROUND_PARAMS, "coverage": bool(coverage)}
         clock = _Clock(store, budget_minutes * 60.0)
         tick = lambda msg: notify(clock.spent, clock.budget_s, msg)  # noqa: E731
         bench = KernelBench(dev, out / ".work", protocol or KERNEL_PROTOCOL)
@@ -262,7 +269,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             # fit, cross-validate, plan the next round
             t0 = time.perf_counter()
             table = kernel_table(store, runtime)
-            cv, worst, regressors = cv_by_type(table, ROUND_PARAMS, seed)
+            cv, worst, regressors = cv_by_type(table, params, seed)
             store.set("last_fit_s", time.perf_counter() - t0)
             last = len(store.rounds()) - 1
             store.finish_round(last, time.perf_counter() - t0, cv)
@@ -287,7 +294,8 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             raise LetiError(f"no kernel was measured within {budget_minutes:g} minutes; give a larger --budget-minutes")
         cal_kernels, cal = calibration_tables(store, runtime)
         net_kernels, nets = calibration_tables(store, runtime, "network")
-        predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets, cache)
+        predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets, cache,
+                                     coverage=bool(coverage))
         if cache_mb:
             predictor.overhead.cache_mb = float(cache_mb)
             notes.append(f"the eviction term ramps at {cache_mb:g} MB of cache when predicting" if
@@ -295,7 +303,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         cv = store.get("cv", {})
         if store.get("cv_rows") != len(table):  # kernels measured since the last round's fit
-            cv = cv_by_type(table, ROUND_PARAMS, seed)[0]
+            cv = cv_by_type(table, params, seed)[0]
         clock.save()
         counts = store.counts()
         return BuildReport(out, table.kernel_type.value_counts().to_dict(), clock.spent / 60.0, cv,

@@ -156,14 +156,14 @@ def predicted_log_std(regressors: KernelRegressors, configs: list[KernelConfig])
 
 def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame, rules: FusionRules,
               net_kernels: pd.DataFrame | None = None, nets: pd.DataFrame | None = None,
-              cache: CacheProfile | None = None) -> tuple[KernelLatencyPredictor, list[str]]:
-    """The predictor on every kernel (KernelRegressors' default settings, each kernel weighed by its closeness to
-    real networks' kernels: :mod:`.coverage`), its overhead fitted on the
+              cache: CacheProfile | None = None, coverage: bool = True) -> tuple[KernelLatencyPredictor, list[str]]:
+    """The predictor on every kernel (KernelRegressors' default settings; with ``coverage`` each kernel weighed by its
+    closeness to real networks' kernels: :mod:`.coverage`), its overhead fitted on the
     calibration networks when there are :data:`MIN_NETWORKS` of them (per-type scales among the options),
     else on the calibration chains (per-type kernel counts among the terms only with enough models);
     ``cache``: the device's cache profile, whose one-pixel kernels' cost in a model comes before the overhead."""
     notes: list[str] = []
-    predictor = fit_kernel_predictor(table[[c for c in COLUMNS if c in table]], rules=rules, coverage=True)
+    predictor = fit_kernel_predictor(table[[c for c in COLUMNS if c in table]], rules=rules, coverage=coverage)
     predictor.cache = cache
     weights = (net_kernels.groupby("model").bytes_weights.sum() / 1e6 if nets is not None and len(nets)
                else pd.Series(dtype=float))

@@ -150,7 +150,7 @@ def build_transfer_predictor(device, out: str | Path, budget_minutes: float, sou
     from leti.device.registry import open_device
     from leti.predict.kernels.adapt_fit import adapt_to_build
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench, runtime_of
-    from leti.predict.kernels.sampler import KernelSampler
+    from leti.predict.kernels.sampler import default_sampler
 
     if not budget_minutes > 0:
         raise LetiError(f"--budget-minutes must be above 0, got {budget_minutes:g}")
@@ -159,7 +159,7 @@ def build_transfer_predictor(device, out: str | Path, budget_minutes: float, sou
     dev = open_device(device, threads=threads) if isinstance(device, str) else device
     runtime = runtime_of(dev)
     src = load_source(source, dev.id, runtime)
-    sampler = KernelSampler()
+    sampler = default_sampler()
     types = sorted(kernel_types) if kernel_types else sampler.kernel_types
     unknown = sorted(set(types) - set(sampler.kernel_types))
     if unknown:

@@ -55,19 +55,15 @@ def real_shapes(kernel_type: str, n: int = DRAWS, seed: int = 0) -> np.ndarray |
     """:func:`shape_features` of ``n`` kernels drawn from the real distribution of ``kernel_type`` (None for a type
     with no real kernels). Cached: a build fits its regressors several times a round on the same draws."""
     from leti.models.kernel_models import expected_row
+    from leti.predict.kernels.sampler import default_sampler
 
-    sampler = _sampler()
+    sampler = default_sampler()
     if kernel_type not in sampler.pool or kernel_type in sampler.synthetic:
         return None
     configs = sampler.draw(kernel_type, n, np.random.default_rng(seed), uniform_share=0.0)
     return shape_features(pd.DataFrame([expected_row(c) for c in configs])) if configs else None
 
 
-@functools.lru_cache(maxsize=1)
-def _sampler():
-    from leti.predict.kernels.sampler import KernelSampler
-
-    return KernelSampler()
 
 
 def coverage_weights(table: pd.DataFrame, seed: int = 0) -> np.ndarray:

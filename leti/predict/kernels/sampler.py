@@ -24,6 +24,7 @@ the real networks and its share of their latency (FLOPs and bytes until a predic
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -302,3 +303,10 @@ class KernelSampler:
             return KernelConfig.from_dict(d)
         except Exception:  # noqa: BLE001
             return None
+
+
+@functools.lru_cache(maxsize=1)
+def default_sampler() -> KernelSampler:
+    """The sampler of the cached real-kernel table, built once per process (a few seconds: every real row turned
+    into a configuration); a build and its fits' coverage weights (:mod:`.coverage`) share it."""
+    return KernelSampler()
