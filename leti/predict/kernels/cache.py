@@ -40,7 +40,7 @@ the overhead, fitted on top (``leti kernels build``), gives that cost a scale of
 that cannot run two models in turn in this process (phones) have no profile and no such term.
 
 Why a second level (session 31): the profile above prices weights that come from memory, and ``lost(T)`` is all but
-0 for the 5-15 MB a MobileNet touches. Yet on LETI's engine the zoo's dev models cost 1.00-1.45× the sum of their
+0 for the 5-15 MB a MobileNet touches. Yet on LETI's engine the zoo's dev models cost 0.93-1.45× the sum of their
 kernels timed alone (``benchmarks/bench_kernels_alone.py``, all 75), the most where many kernels have a few hundred
 KB of weights over few pixels (MobileNets and RegNets at 96-128 pixels): alone, such a kernel finds its weights in
 the core's own cache (L2, 1 MB on the Zen 4 measured); in a model, whose other kernels pass MBs through it, they come
