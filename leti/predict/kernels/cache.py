@@ -137,6 +137,17 @@ class CacheProfile:
         takes ``(c^p + s^p)^(1/p)`` (p = :data:`STREAM_P`), never less than alone. A one-pixel kernel (c ≈ 0) pays
         the whole excess; a kernel whose work dwarfs its weights pays next to nothing; nothing changes in a model
         the cache holds (``s = warm``)."""
+        return self.in_model_costs(rows, alone_ms, warm_ms)[0]
+
+    def near_in_model_ms(self, rows: pd.DataFrame) -> np.ndarray:
+        """Per kernel row: what its weights that the core's cache held alone cost inside its model (``model`` column),
+        :meth:`near` of its weights as the runtime holds them, where the rest of the model passes at least the smallest
+        flush (:data:`FLUSH_MB`) between two of its runs; 0 for kernels without weights (:data:`STREAMED`)."""
+        return self.in_model_costs(rows, np.zeros(len(rows)))[1]
+
+    def in_model_costs(self, rows: pd.DataFrame, alone_ms: np.ndarray, warm_ms=None) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`in_model_ms`, :meth:`near_in_model_ms`) from one pass over the rows: the weights as the runtime
+        holds them and the model's footprint are computed once (a prediction needs both)."""
         w = resident_weight_bytes(rows) / 1e6
         alone = np.asarray(alone_ms, np.float64)
         streamed = rows["kernel_type"].astype(str).isin(STREAMED).to_numpy() & (w > 0)
@@ -145,15 +156,9 @@ class CacheProfile:
         stream = warm + self.excess(w) * np.maximum(self.share_lost(total) - self.share_lost(w), 0.0)
         work = np.maximum(alone - warm, 0.0)
         inside = (work ** STREAM_P + stream ** STREAM_P) ** (1.0 / STREAM_P)
-        return np.where(streamed, np.maximum(inside - alone, 0.0), 0.0)
-
-    def near_in_model_ms(self, rows: pd.DataFrame) -> np.ndarray:
-        """Per kernel row: what its weights that the core's cache held alone cost inside its model (``model`` column),
-        :meth:`near` of its weights as the runtime holds them, where the rest of the model passes at least the smallest
-        flush (:data:`FLUSH_MB`) between two of its runs; 0 for kernels without weights (:data:`STREAMED`)."""
-        w = resident_weight_bytes(rows) / 1e6
-        streamed = rows["kernel_type"].astype(str).isin(STREAMED).to_numpy() & (w > 0)
-        return np.where(streamed & (footprint_mb(rows) >= w + FLUSH_MB[0]), self.near(w), 0.0)
+        cold = np.where(streamed, np.maximum(inside - alone, 0.0), 0.0)
+        near = np.where(streamed & (total >= w + FLUSH_MB[0]), self.near(w), 0.0)
+        return cold, near
 
     def to_dict(self) -> dict:
         d = {"weights_mb": self.weights_mb, "excess_ms": self.excess_ms, "total_mb": self.total_mb, "lost": self.lost}

@@ -64,8 +64,6 @@ def real_shapes(kernel_type: str, n: int = DRAWS, seed: int = 0) -> np.ndarray |
     return shape_features(pd.DataFrame([expected_row(c) for c in configs])) if configs else None
 
 
-
-
 def coverage_weights(table: pd.DataFrame, seed: int = 0) -> np.ndarray:
     """Per row of a measured kernel table: its weight in its type's fit (mean 1 per type; 1 for types without
     real draws or with fewer than :data:`MIN_ROWS` rows)."""

@@ -104,8 +104,8 @@ class KernelLatencyPredictor:
         if self.cache is None and not step.any():
             return rows
         ms = rows["predicted_ms"].to_numpy(np.float64)
-        cold = np.zeros(len(rows)) if self.cache is None else self.cache.in_model_ms(rows, ms, self.warm_ms)
-        near = np.zeros(len(rows)) if self.cache is None else self.cache.near_in_model_ms(rows)
+        cold, near = ((np.zeros(len(rows)), np.zeros(len(rows))) if self.cache is None
+                      else self.cache.in_model_costs(rows, ms, self.warm_ms))
         return rows.assign(predicted_ms=ms + cold + step + near, cold_ms=cold, stepped_ms=step, near_ms=near)
 
     def warm_ms(self, weights_mb: np.ndarray) -> np.ndarray:
