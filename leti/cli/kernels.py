@@ -53,6 +53,10 @@ def build_cmd(
     coverage: Optional[bool] = typer.Option(None, "--coverage/--no-coverage", help="Weigh each measured kernel by "
                                             "its closeness to real networks' kernels in the fits (default: as the "
                                             "build in --out was fitted; on for a new build)."),
+    overhead: Optional[str] = typer.Option(None, "--overhead", help="The per-model overhead: fit (fitted on the "
+                                           "calibration networks) or sum (none: the kernels' sum, the networks giving "
+                                           "its spread); default: as the build in --out was fitted; fit for a new "
+                                           "build."),
     transfer_from: Optional[Path] = typer.Option(None, "--transfer-from", help="Another device's kernel predictor "
                                                  "to adapt (kernel-level transfer): a few minutes of kernels, chosen "
                                                  "to correct its regressors per type, instead of an hour."),
@@ -76,6 +80,8 @@ def build_cmd(
         raise LetiError(f"--cache-mb must be 0 or above and goes without --transfer-from, got {cache_mb:g}")
     if coverage is not None and transfer_from is not None:
         raise LetiError("--coverage/--no-coverage goes without --transfer-from (a transfer adapts the source's fits)")
+    if overhead is not None and (transfer_from is not None or overhead not in ("fit", "sum")):
+        raise LetiError(f"--overhead takes fit or sum, and goes without --transfer-from; got {overhead!r}")
     check_out(out)
     dev = _open(device, threads)
     if transfer_from is not None:  # a source that cannot be adapted is refused before anything is written
@@ -107,7 +113,7 @@ def build_cmd(
             report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
                                             n_calibration=calibration, n_networks=60 if networks is None else networks,
                                             detect=detect is not False, cache_probe=cache_probe, cache_mb=cache_mb,
-                                            coverage=coverage, notify=notify)
+                                            coverage=coverage, overhead=overhead, notify=notify)
     finally:
         bar.stop()
     for note in report.notes:

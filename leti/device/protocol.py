@@ -14,7 +14,8 @@ Everything statistical lives here, so the devices (adb, local, cuda, engine) can
 in this process): a shared host's speed drifts by tens of percent over fractions of a second (other
 tenants on the physical core), far more than run-to-run noise, so two experiments on one model seconds
 apart disagree. The experiment then alternates short blocks (≈10 ms) of the model and of a fixed
-reference model, one untimed run after every switch so both are timed warm as in the plain protocol.
+reference model, untimed runs (at least :data:`SWITCH_WARM_RUNS` and :data:`SWITCH_WARM_MS`) after every switch so both
+are timed warm as in the plain protocol.
 Each timed run of the model is divided by the mean of the reference blocks around it; those
 *normalised samples* are what the stability limit, the adaptive stop and the CI apply to, and their
 median is the ``ratio`` (robust to a run preempted by another process). A campaign turns ratios back into milliseconds with one campaign-wide reference
@@ -122,6 +123,30 @@ OP_PROFILE_RUNS = 50
 
 #: Target length of one block of paired measurement (ms): well under the host's drift time scale.
 BLOCK_MS = 10.0
+#: Untimed runs after every switch between model and reference last at least this long (ms), and number at least
+#: :data:`SWITCH_WARM_RUNS`. Why:
+#: a model that ran right after another one finds the caches full of the other's data, and one untimed run does not
+#: restore them. Measured (LETI's engine, Zen 5, one thread): the 0.045 ms reference kernel of a kernel build after
+#: three runs of a 128-pixel ResNet50 takes 3.2x its warm time on its first run, 1.2x on its second, 1.05x on its
+#: third and 1.01-1.02x from the fourth on. A 5 ms model's blocks hold two runs, and so did the reference's blocks
+#: beside it: with one untimed run, the reference was timed on its second and third runs, 12 % slow, and every large
+#: kernel's and network's ratio 8-15 % low (the reference's per-experiment time 0.052 ms beside items of 2 ms and
+#: more, 0.045 beside small ones), while a model campaign's reference (a 1.5 ms network) was slowed the same way
+#: beside large models: the engine's any-model predictor, fitted on the kernel build, came out 9 % under the zoo
+#: campaign measured right after it (session 32).
+SWITCH_WARM_MS = 1.0
+#: ... and at least this many runs: a model of a millisecond or more (a model campaign's reference network) is still
+#: slow on its second run after a larger one
+SWITCH_WARM_RUNS = 3
+
+
+def _warm(run, clock, ms: float = SWITCH_WARM_MS, runs: int = SWITCH_WARM_RUNS) -> None:
+    """Run ``run`` untimed at least ``runs`` times and until ``ms`` of ``clock`` have passed."""
+    end = clock() + ms * 1e6
+    for _ in range(runs):
+        run()
+    while clock() < end:
+        run()
 
 
 def _paired_blocks(device: Device, model: Path, reference: Path, blocks: int, block_runs: int,
@@ -145,12 +170,12 @@ def _paired_blocks(device: Device, model: Path, reference: Path, blocks: int, bl
     gc.disable()  # no collector pauses inside timed runs
     try:
         for j in range(blocks):
-            a()  # warm again after the reference ran
+            _warm(a, clock)  # warm again after the reference ran
             for k in range(block_runs):
                 t0 = clock()
                 a()
                 ta[j, k] = clock() - t0
-            r()
+            _warm(r, clock)
             for k in range(block_runs):
                 t0 = clock()
                 r()

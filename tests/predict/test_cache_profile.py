@@ -147,3 +147,18 @@ def test_weights_the_core_cache_held_alone_cost_their_next_level_in_any_model_th
     assert inside.near_ms.to_numpy() == pytest.approx(near_ms)
     assert inside.cold_ms.to_numpy() == pytest.approx(p.in_model_ms(rows, alone, pred.warm_ms))
     assert inside.predicted_ms.to_numpy() == pytest.approx(alone + inside.cold_ms + inside.near_ms + inside.stepped_ms)
+
+
+def test_near_costs_that_fall_with_the_size_are_not_resolved_and_count_as_none():
+    """A larger block of weights cannot cost less from the next level: a probe whose near costs fall with the size
+    (session 32's Zen 5: 2.3, 1.2, 1.0 µs) measured nothing it resolves, and no kernel pays them."""
+    sizes, flush = (1.0, 2.0, 4.0, 8.0), (4.0, 8.0, 16.0, 32.0, 64.0)
+    warm = {w: 0.01 * w for w in sizes}
+    cold = {(w, x): 0.012 * w for w in sizes for x in flush}
+    falling = CacheProfile.from_times(warm, cold, {0.125: (0.002, 0.0043), 0.25: (0.003, 0.0042), 0.5: (0.005, 0.006)})
+    assert falling.near_ms == pytest.approx([0.0023, 0.0012, 0.001]) and not falling.near_resolved()
+    assert not falling.near(np.array([0.1, 0.3, 2.0])).any()
+    level = CacheProfile.from_times(warm, cold, {0.125: (0.002, 0.004), 0.25: (0.003, 0.005), 0.5: (0.005, 0.008)})
+    assert level.near_resolved() and level.near(np.array([0.25]))[0] == pytest.approx(0.002)
+    rows = normalize(pd.DataFrame(_rows("mobile", [(4, 0.25), (1, 5.0), (1, 5.0)])), "t")
+    assert not falling.near_in_model_ms(rows).any() and level.near_in_model_ms(rows).any()

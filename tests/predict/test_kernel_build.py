@@ -265,6 +265,22 @@ def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf, m
     # fewer networks than the overhead takes them from: said, and the overhead is not fitted on them
     assert any("only 3 calibration networks" in n for n in report.notes), report.notes
     assert report.calibration == 3
+    # --overhead sum: no overhead, latency = the kernels' sum, its spread on the networks the interval's; the store
+    # keeps the choice for the next refit
+    report = build_kernel_predictor("local", tmp_path / "kp", 0.9, kernel_types=["relu"], n_calibration=0,
+                                    n_networks=3, initial_per_type=4, detect=False, seed=2, overhead="sum")
+    manifest = json.loads((tmp_path / "kp" / "manifest.json").read_text())["overhead"]
+    assert manifest["terms"] == [] and manifest["n_models"] == 3 and manifest["resid_std"] > 0
+    assert any(n.startswith("no overhead (--overhead sum)") for n in report.notes), report.notes
+    report = build_kernel_predictor("local", tmp_path / "kp", 0.9, kernel_types=["relu"], n_calibration=0,
+                                    n_networks=3, initial_per_type=4, detect=False, seed=2)
+    assert any(n.startswith("no overhead (--overhead sum)") for n in report.notes), report.notes
+    from leti.predict.kernels.model import load_kernel_predictor
+
+    kp = load_kernel_predictor(tmp_path / "kp")
+    lat = kp.predict_models(kernels, allow_unknown=True)
+    assert [m.latency_ms for m in lat] == pytest.approx([m.kernel_sum_ms for m in lat])
+    assert all(m.low_ms < m.latency_ms < m.high_ms for m in lat)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -277,6 +293,8 @@ def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf, m
      "--threads must be a positive whole number, got 0"),
     (["build", "--device", "local", "--budget-minutes", "1", "--no-coverage", "--transfer-from", "src"],
      "--coverage/--no-coverage goes without --transfer-from (a transfer adapts the source's fits)"),
+    (["build", "--device", "local", "--budget-minutes", "1", "--overhead", "mean"],
+     "--overhead takes fit or sum, and goes without --transfer-from; got 'mean'"),
     (["detect", "--device", "nowhere"],
      "--device 'nowhere': kernels are measured on a device that runs models in this process: local, engine, "
      "cuda-engine"),

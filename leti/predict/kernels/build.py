@@ -37,7 +37,8 @@ import pandas as pd
 
 from leti.errors import LetiError
 from leti.models.kernel_models import KernelConfig
-from leti.predict.kernels.build_fit import calibration_tables, cv_by_type, fit_final, kernel_table, predicted_log_std
+from leti.predict.kernels.build_fit import (OVERHEAD_FORMS, calibration_tables, cv_by_type, fit_final, kernel_table,
+                                           predicted_log_std)
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.split import FusionRules, rules_for
 
@@ -191,7 +192,7 @@ def plan_networks(store: BuildStore, n: int, seed: int) -> int:
 def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed: int = 0, threads: int = 1,
                            kernel_types: list[str] | None = None, n_calibration: int = 40, n_networks: int = 60,
                            initial_per_type: int = 24, detect: bool = True, protocol=None, cache_probe: bool = True,
-                           cache_mb: float = 0.0, coverage: bool | None = None,
+                           cache_mb: float = 0.0, coverage: bool | None = None, overhead: str | None = None,
                            notify: Callable[[float, float, str], None] = lambda _s, _b, _m: None) -> BuildReport:
     """Build (or continue building) the kernel predictor of ``device`` (a name for
     :func:`~leti.device.registry.open_device`, or a device) into ``out`` within ``budget_minutes`` of wall
@@ -199,7 +200,9 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
     ``cache_probe``: measure the device's cache profile (:func:`_cache_profile`); ``cache_mb``: the cache a model
     has to itself on the host predicted for, where the overhead's eviction term ramps (``Overhead.cache_mb``);
     ``coverage``: the fits weigh each kernel by its closeness to real networks' kernels (:mod:`.coverage`; None: as
-    the store's build was fitted, which a store from before session 31 was not; on for a new build);
+    the store's build was fitted, which a store from before session 31 was not; on for a new build); ``overhead``:
+    the per-model overhead's form (:data:`~.build_fit.OVERHEAD_FORMS`; None: as the store's build was fitted, ``fit``
+    for a new build or a store from before session 32);
     ``notify(spent_s, budget_s, what)`` is called after every step (the progress bar)."""
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench, runtime_of
@@ -228,6 +231,10 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         if coverage is None:  # a fitting choice, not a measurement setting: a rerun may change it
             coverage = bool(store.get("coverage", new))
         store.set("coverage", bool(coverage))
+        overhead = overhead or store.get("overhead", "fit")  # a fitting choice too
+        if overhead not in OVERHEAD_FORMS:
+            raise LetiError(f"--overhead must be one of {', '.join(OVERHEAD_FORMS)}, got {overhead!r}")
+        store.set("overhead", overhead)
         params = {**ROUND_PARAMS, "coverage": bool(coverage)}
         clock = _Clock(store, budget_minutes * 60.0)
         tick = lambda msg: notify(clock.spent, clock.budget_s, msg)  # noqa: E731
@@ -295,7 +302,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         cal_kernels, cal = calibration_tables(store, runtime)
         net_kernels, nets = calibration_tables(store, runtime, "network")
         predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets, cache,
-                                     coverage=bool(coverage))
+                                     coverage=bool(coverage), overhead=overhead)
         if cache_mb:
             predictor.overhead.cache_mb = float(cache_mb)
             notes.append(f"the eviction term ramps at {cache_mb:g} MB of cache when predicting" if
