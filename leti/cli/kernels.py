@@ -71,6 +71,7 @@ def build_cmd(
     from leti.cli import output_folder
     from leti.cli.progress import progress
     from leti.predict.kernels.build import build_kernel_predictor, check_out
+    from leti.predict.kernels.build_fit import OVERHEAD_FORMS
 
     if not budget_minutes > 0:
         raise LetiError(f"--budget-minutes must be above 0, got {budget_minutes:g}")
@@ -80,8 +81,9 @@ def build_cmd(
         raise LetiError(f"--cache-mb must be 0 or above and goes without --transfer-from, got {cache_mb:g}")
     if coverage is not None and transfer_from is not None:
         raise LetiError("--coverage/--no-coverage goes without --transfer-from (a transfer adapts the source's fits)")
-    if overhead is not None and (transfer_from is not None or overhead not in ("fit", "sum")):
-        raise LetiError(f"--overhead takes fit or sum, and goes without --transfer-from; got {overhead!r}")
+    if overhead is not None and (transfer_from is not None or overhead not in OVERHEAD_FORMS):
+        raise LetiError(f"--overhead takes {' or '.join(OVERHEAD_FORMS)}, and goes without --transfer-from; "
+                        f"got {overhead!r}")
     check_out(out)
     dev = _open(device, threads)
     if transfer_from is not None:  # a source that cannot be adapted is refused before anything is written

@@ -37,7 +37,7 @@ import pandas as pd
 
 from leti.errors import LetiError
 from leti.models.kernel_models import KernelConfig
-from leti.predict.kernels.build_fit import (OVERHEAD_FORMS, calibration_tables, cv_by_type, fit_final, kernel_table,
+from leti.predict.kernels.build_fit import (calibration_tables, check_overhead, cv_by_type, fit_final, kernel_table,
                                            predicted_log_std)
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.split import FusionRules, rules_for
@@ -231,9 +231,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         if coverage is None:  # a fitting choice, not a measurement setting: a rerun may change it
             coverage = bool(store.get("coverage", new))
         store.set("coverage", bool(coverage))
-        overhead = overhead or store.get("overhead", "fit")  # a fitting choice too
-        if overhead not in OVERHEAD_FORMS:
-            raise LetiError(f"--overhead must be one of {', '.join(OVERHEAD_FORMS)}, got {overhead!r}")
+        overhead = check_overhead(overhead or store.get("overhead", "fit"))  # a fitting choice too
         store.set("overhead", overhead)
         params = {**ROUND_PARAMS, "coverage": bool(coverage)}
         clock = _Clock(store, budget_minutes * 60.0)

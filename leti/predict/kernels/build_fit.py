@@ -165,6 +165,23 @@ def predicted_log_std(regressors: KernelRegressors, configs: list[KernelConfig])
 OVERHEAD_FORMS = ("fit", "sum")
 
 
+def check_overhead(form: str) -> str:
+    """``form`` if it is one of :data:`OVERHEAD_FORMS`, else a :class:`LetiError` naming them."""
+    if form not in OVERHEAD_FORMS:
+        raise LetiError(f"--overhead must be one of {', '.join(OVERHEAD_FORMS)}, got {form!r}")
+    return form
+
+
+def _in_model_aggregates(predictor: KernelLatencyPredictor, kernels: pd.DataFrame, lat: pd.DataFrame,
+                         where: str) -> tuple[pd.DataFrame, np.ndarray]:
+    """The models of ``lat`` (``model, latency_ms``): their :func:`model_aggregates` of the kernels as parts of their
+    models (:meth:`~KernelLatencyPredictor.in_model`) and their measured latencies in the same order."""
+    rows = predictor.in_model(predictor.predict_kernels(kernels[kernels.model.isin(lat.model)], allow_unknown=True,
+                                                        where=where))
+    agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
+    return agg, lat.set_index("model").latency_ms.loc[agg.index].to_numpy()
+
+
 def sum_overhead(agg: pd.DataFrame, e2e_ms: np.ndarray) -> Overhead:
     """The identity overhead (latency = the kernels' sum, ``agg`` from :func:`model_aggregates`) with the spread of its
     log error on the models timed end to end (``e2e_ms``) as its uncertainty."""
@@ -182,31 +199,24 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
     else on the calibration chains (per-type kernel counts among the terms only with enough models), or, with
     ``overhead="sum"`` (:data:`OVERHEAD_FORMS`), none; ``cache``: the device's cache profile, whose one-pixel kernels'
     cost in a model comes before the overhead."""
-    if overhead not in OVERHEAD_FORMS:
-        raise LetiError(f"--overhead must be one of {', '.join(OVERHEAD_FORMS)}, got {overhead!r}")
+    check_overhead(overhead)
     notes: list[str] = []
     predictor = fit_kernel_predictor(table[[c for c in COLUMNS if c in table]], rules=rules, coverage=coverage)
     predictor.cache = cache
-    weights = (net_kernels.groupby("model").bytes_weights.sum() / 1e6 if nets is not None and len(nets)
-               else pd.Series(dtype=float))
-    kept = nets[nets.model.map(weights).fillna(0.0).to_numpy() <= MAX_NETWORK_WEIGHTS_MB] if nets is not None else None
     if overhead == "sum":
         models, lat = (net_kernels, nets) if nets is not None and len(nets) else (cal_kernels, cal)
         if len(lat):
-            rows = predictor.in_model(predictor.predict_kernels(models[models.model.isin(lat.model)],
-                                                                allow_unknown=True, where="calibration models"))
-            agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
-            predictor.overhead = sum_overhead(agg, lat.set_index("model").latency_ms.loc[agg.index].to_numpy())
+            predictor.overhead = sum_overhead(*_in_model_aggregates(predictor, models, lat, "calibration models"))
         notes.append(f"no overhead (--overhead sum): latency = the kernels' sum; its log RMS on the {len(lat)} "
                      f"calibration models {predictor.overhead.resid_std:.3f}")
         return predictor, notes
+    weights = (net_kernels.groupby("model").bytes_weights.sum() / 1e6 if nets is not None and len(nets)
+               else pd.Series(dtype=float))
+    kept = nets[nets.model.map(weights).fillna(0.0).to_numpy() <= MAX_NETWORK_WEIGHTS_MB] if nets is not None else None
     if kept is not None and len(kept) >= MIN_NETWORKS:
-        rows = predictor.in_model(predictor.predict_kernels(net_kernels[net_kernels.model.isin(kept.model)],
-                                                            allow_unknown=True, where="calibration networks"))
-        agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
+        agg, lat = _in_model_aggregates(predictor, net_kernels, kept, "calibration networks")
         agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
-        predictor.overhead = Overhead().fit(agg, kept.set_index("model").latency_ms.loc[agg.index].to_numpy(),
-                                            per_type=True)
+        predictor.overhead = Overhead().fit(agg, lat, per_type=True)
         left = f", {len(nets) - len(kept)} over {MAX_NETWORK_WEIGHTS_MB:g} MB of weights left out" \
             if len(kept) < len(nets) else ""
         notes.append(f"overhead fitted on {len(kept)} calibration networks{left}: "
@@ -224,9 +234,7 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
     if len(cal) < 5:
         notes.append(f"only {len(cal)} calibration models: latency = sum of kernels (no overhead term)")
         return predictor, notes
-    rows = predictor.in_model(predictor.predict_kernels(cal_kernels, allow_unknown=True, where="calibration models"))
-    agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
-    lat = cal.set_index("model").latency_ms.loc[agg.index].to_numpy()
+    agg, lat = _in_model_aggregates(predictor, cal_kernels, cal, "calibration models")
     n_terms = 4 + sum(c.startswith("n:") for c in agg.columns)  # sum, one, MB out, a cache term
     if len(cal) < 2 * n_terms:
         agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
