@@ -26,8 +26,9 @@ before, which kept the host's drift between rounds),
 ``rel.err`` the engine's largest relative error against TFLite (a peer off by more than 1e-3 is
 dropped and named at the end).
 The machine is shared: engines are interleaved (``--rounds`` rounds, each engine timed ``--runs``
-times per round in a shuffled order, each block after a 50 ms pause and one untimed run, so that no other
-engine's spinning workers are still on the cores) and the figure is the median of the round medians; the
+times per round in a shuffled order, each block after a pause that lasts until no thread of the process spins, so
+that no other engine's spinning workers are still on the cores (``quiesce``), and untimed runs for 30 ms, so that
+this engine's threads are back up to speed (``warm``)) and the figure is the median of the round medians; the
 load average is printed before and after.
 
     .venv/bin/python benchmarks/bench_engine_cpu.py [--networks 2] [--runs 5] [--rounds 11] [--mobilenet] [--resnet50]
@@ -551,6 +552,42 @@ def make_runners(data, g, g_opt, files, x, threads, errors, ablation="avx2"):
 
 #: Pause before each block of timed runs (see :func:`time_interleaved`).
 PAUSE_S = 0.05
+#: Untimed runs after the pause: WARM_RUNS at least, and until WARM_S seconds have passed. Why: on this VM the first runs
+#: after a pause are slow, and not every runtime's alike: TFLite's MobileNet v2 at two threads took 2.46, 2.04, 1.99,
+#: 1.87 and 1.94 ms in the five runs after the 50 ms pause and one untimed run (the protocol until session 33), the
+#: engine's 2.25-2.01 (medians over 20 blocks, ``benchmarks/results/bench_warmup_session33.txt``, run 2).
+WARM_RUNS, WARM_S = 3, 0.03
+
+
+#: A window of QUIET_WINDOW_S in which this process's threads used under QUIET_CPU_S of CPU ends the pause (:func:`quiesce`)
+QUIET_WINDOW_S, QUIET_CPU_S, MAX_PAUSE_S = 0.01, 0.0005, 2.0
+
+
+def quiesce() -> float:
+    """Sleep :data:`PAUSE_S`, then on until no thread of this process spins: a window of :data:`QUIET_WINDOW_S` in
+    which the process used under :data:`QUIET_CPU_S` of CPU (:data:`MAX_PAUSE_S` at most). Returns the seconds slept.
+    Why: a runtime's workers spin for work after its runs, some for longer than any fixed pause (OpenBLAS's threads
+    after the NumPy baseline: the pause ends ~120 ms after it, 60 ms after the others), and on 2 cores a spinning
+    worker takes a core from the runtime timed next: after the NumPy baseline and the 50 ms pause alone, TFLite's
+    MobileNet v2 at two threads took 4.28 ms and the engine's 3.46, after it and ``quiesce`` 1.59 and 2.08
+    (``benchmarks/results/bench_warmup_session33.txt``)."""
+    t0 = time.perf_counter()
+    time.sleep(PAUSE_S)
+    while time.perf_counter() - t0 < MAX_PAUSE_S:
+        c0 = time.process_time()
+        time.sleep(QUIET_WINDOW_S)
+        if time.process_time() - c0 < QUIET_CPU_S:
+            break
+    return time.perf_counter() - t0
+
+
+def warm(fn) -> None:
+    """Run ``fn`` untimed :data:`WARM_RUNS` times and on until :data:`WARM_S` seconds have passed."""
+    t0 = time.perf_counter()
+    n = 0
+    while n < WARM_RUNS or time.perf_counter() - t0 < WARM_S:
+        fn()
+        n += 1
 
 
 def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> tuple[dict[str, float], dict]:
@@ -566,9 +603,10 @@ def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> 
             fn = runners[k][0]
             # the previous engine's worker threads may still be spinning for work (ONNX Runtime's and OpenBLAS's
             # do for milliseconds); on 2 cores they would take a core from this block: let them sleep first,
-            # then one untimed run brings this engine's weights back into the cache
-            time.sleep(PAUSE_S)
-            fn()
+            # then untimed runs for WARM_S (WARM_RUNS at least) bring this engine's weights back into the cache and
+            # its threads (and this VM's second vCPU) back up to speed
+            quiesce()
+            warm(fn)
             ts = []
             for _ in range(runs):
                 t0 = time.perf_counter()

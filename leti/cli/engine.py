@@ -128,10 +128,13 @@ def profile(
     table: Optional[Path] = typer.Option(None, "--table", help="Add the per-op times to this cost table "
                                                                  "(JSON; created or extended)."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
+    in_run: bool = typer.Option(False, "--in-run", help="Time each op inside whole runs (a native program's ops by its "
+                                                         "step clock), not as a program of its own."),
 ) -> None:
     """Per-op time, backend, chosen scheme and buffer sizes; optionally fills a cost table.
 
     Example: leti engine profile net.leti --runs 20
+    Example: leti engine profile net.leti --threads 2 --in-run
     Example: leti engine profile net.leti --backend cuda --table costs.json
     """
     from rich.console import Console
@@ -142,7 +145,7 @@ def profile(
     s = open_session(model, backend, threads, scheme, precision=precision)
     feeds = random_feeds(s)
     s.run(feeds)  # compile kernels before timing
-    rows = s.profile(feeds, runs=runs)
+    rows = s.profile(feeds, runs=runs, in_run=in_run)
     total = sum(r["ms"] for r in rows)
     t = Table("op", "name", "backend", "scheme", "ms", "%", "out shape", "out B", "scratch B")
     for r in rows:

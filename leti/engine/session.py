@@ -318,21 +318,31 @@ class Session:
             out[t] = np.array(v) if copy else v
         return out
 
-    def profile(self, feeds=None, runs: int = 10) -> list[dict]:
+    def profile(self, feeds=None, runs: int = 10, in_run: bool = False) -> list[dict]:
         """Per-step median time (``ms``) and mean time (``mean_ms``) over ``runs``, with backend, scheme
         and output bytes. The mean is what adds up: a whole run costs the sum of its steps' means, while
-        the sum of medians misses every step's tail (threads of a parallel op that wake late)."""
+        the sum of medians misses every step's tail (threads of a parallel op that wake late).
+
+        By default each step runs as a program of its own, its data warm from its own last run. ``in_run``: the
+        steps are timed inside whole runs as :meth:`run` executes them, a native program's steps by its step clock
+        (``csrc/program.c``): what each costs in the network, its inputs and weights as the steps before left
+        the caches, its threads awake."""
         if not self._resized:
             self.resize()
         if feeds is not None:
             self._feed(feeds)
         times = np.zeros((runs, len(self.steps)))
+        index = {id(st): i for i, st in enumerate(self.steps)}
         # a step that runs inside a native program is timed as a program of its own: the kernels a run calls
-        calls = [(self._native(st, st.backend) and st.backend.native_program([st])) or st for st in self.steps]
+        calls = [] if in_run else [(self._native(st, st.backend) and st.backend.native_program([st])) or st
+                                   for st in self.steps]
         for b in self.backends:
             b.begin_run()
         try:
             for r in range(runs):
+                if in_run:
+                    self._clocked_run(times[r], index)
+                    continue
                 for i, (st, call) in enumerate(zip(self.steps, calls)):
                     t0 = time.perf_counter()
                     call()
@@ -357,6 +367,21 @@ class Session:
                          "out_bytes": int(sum(v.nbytes for v in st.out_views)),
                          "scratch_bytes": int(sum(v.nbytes for v in st.scratch_views))})
         return rows
+
+    def _clocked_run(self, row: np.ndarray, index: dict) -> None:
+        """One run as :meth:`run` makes it, each step's seconds added into ``row`` (``index``: id(step) → column)."""
+        for item in self._program:
+            clocked = getattr(item, "clocked", None)
+            if clocked is not None:
+                for owner, sec in zip(item.owners, clocked()):
+                    if owner is not None:
+                        row[index[id(owner)]] += sec
+                continue
+            t0 = time.perf_counter()
+            item()
+            if id(item) in index:
+                item.backend.synchronize()
+                row[index[id(item)]] += time.perf_counter() - t0
 
     def describe(self) -> dict:
         """Passes applied, op and scheme histograms, memory plans (for ``leti engine info``)."""

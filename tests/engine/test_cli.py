@@ -24,6 +24,10 @@ def test_convert_info_run_profile(tmp_path):
     assert stats["count"] == 3 and stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
     r = runner.invoke(app, ["engine", "profile", str(out), "--runs", "2"])
     assert r.exit_code == 0 and "conv2d" in r.output and "arena" in r.output
+    r = runner.invoke(app, ["engine", "profile", str(out), "--runs", "3", "--threads", "1", "--in-run"])
+    assert r.exit_code == 0 and "conv2d" in r.output, r.output
+    total = float(r.output.split("total ")[1].split(" ms")[0])
+    assert total > 0
 
 
 def test_errors_are_one_line(tmp_path):

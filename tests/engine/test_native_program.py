@@ -407,3 +407,37 @@ def test_native_channel_shuffle_slices_sums_and_concat(rng, threads):
     fused, single = _sessions(g, threads)
     _all_in_one_program(fused)
     _same_as_steps_and_reference(g, fused, single, rng)
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_step_clock_times_each_step_inside_the_running_program(rng, threads):
+    """``Session.profile(in_run=True)``: a native program's steps timed by its step clock (``leti_set_step_clock``)
+    inside whole runs: every record's time positive, together no more than the run's wall time, each step given its
+    own records' time, and the clock unset afterwards (the runs after it write nothing)."""
+    import time
+
+    g = _network(rng, 1)
+    fused, _ = _sessions(g, threads)
+    prog = fused._program[0]
+    assert len(prog.owners) == prog.steps and set(map(id, prog.owners)) <= set(map(id, fused.steps))
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    fused.run({"x": x})
+    for b in fused.backends:
+        b.begin_run()
+    try:
+        t0 = time.perf_counter()
+        secs = prog.clocked()
+        wall = time.perf_counter() - t0
+    finally:
+        for b in fused.backends:
+            b.end_run()
+    assert secs.shape == (prog.steps,) and (secs > 0).all() and secs.sum() <= wall
+    rows = fused.profile({"x": x}, runs=3, in_run=True)
+    owned = {id(o) for o in prog.owners}
+    for st, row in zip(fused.steps, rows):
+        assert (row["ms"] > 0) == (id(st) in owned), (st.name, row["ms"])
+    before = prog._clock.copy()
+    y = fused.run({"x": x})[g.outputs[0]]
+    assert np.array_equal(prog._clock, before)  # unset: a plain run writes no clock
+    assert rel_err(y, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4

@@ -80,13 +80,22 @@ def rules_for(runtime: str) -> FusionRules:
     return FusionRules(runtime, dict(known.fuse)) if known else FusionRules(runtime)
 
 
+#: follower kernel types that LETI's engine fuses by a graph pass, under the pass's own conditions, not by a rule:
+#: an add into the convolution before it (``passes.fuse_residual_adds``: only a convolution without an activation of
+#: its own, whose output the add alone reads). A measured rule ``conv2d: add`` (the detection's pair is such a
+#: convolution) would fuse every add after a convolution: NB101 cells sum convolutions that end in a ReLU, and the
+#: engine runs those adds as steps of their own (18 in a 16-channel NB101 network, which the split fused into their
+#: convolutions and the predictor priced at nothing: those networks 10-14 % under, session 33)
+ENGINE_PASS_FUSED = {"conv2d": frozenset({"add"})}
+
+
 def runtime_graph(graph, runtime: str = "tflite-xnnpack"):
     """The graph after the rewrites the runtime (or the TFLite converter before it) makes."""
     from leti.engine import passes
 
     steps = [passes.fold_constants, passes.fold_batch_norm, passes.fuse_activations]
-    if runtime.startswith("leti-engine"):  # the engine's own passes: depthwise convolutions written as grouped ones
-        steps = [passes.depthwise_from_grouped, *steps, passes.merge_adds]
+    if runtime.startswith("leti-engine"):  # the engine's own passes (Session: its backends all take residuals)
+        steps = [passes.depthwise_from_grouped, *steps, passes.merge_adds, passes.fuse_residual_adds]
     steps.append(passes.remove_dead)
     for step in steps:
         graph, _ = step(graph)
@@ -108,7 +117,10 @@ def _hw_c(shape: tuple[int, ...]) -> tuple[int, int, int]:
 def _node_row(g, node, constants: set[str]) -> dict:
     a = node.attrs
     live = [t for t in node.inputs if t not in constants]
-    main_in = max(live or node.inputs[:1], key=lambda t: int(np.prod(g.tensors[t].shape)))
+    # a convolution reads its input 0 (a fused residual, input 3, is read too but is not its input map)
+    conv = node.op in ("conv2d", "depthwise_conv2d", "grouped_conv2d")
+    residual = node.op == "conv2d" and len(node.inputs) > 3
+    main_in = node.inputs[0] if conv else max(live or node.inputs[:1], key=lambda t: int(np.prod(g.tensors[t].shape)))
     ih, iw, ic = _hw_c(g.tensors[main_in].shape)
     oh, ow, oc = _hw_c(g.tensors[node.outputs[0]].shape)
     kh = kw = stride = groups = 1
@@ -136,10 +148,13 @@ def _node_row(g, node, constants: set[str]) -> dict:
         # what sets its cost beyond the bytes: the length of the innermost output axis (the read stride)
         groups = int(g.tensors[node.outputs[0]].shape[-1])
     act = a.get("activation")
+    fused = "" if act in _NO_ACTIVATION else ("relu" if act in ("relu", "relu6") else str(act))
+    if residual:  # described as the split describes a convolution with its add fused by a rule (_emit)
+        fused = "+".join(p for p in ("add", fused) if p)
     return {"kernel_type": KERNEL_OF_OP.get(op, op), "input_h": ih, "input_w": iw, "input_c": ic,
             "output_h": oh, "output_w": ow, "output_c": oc, "kernel_h": kh, "kernel_w": kw, "stride": stride,
-            "groups": groups, "n_inputs": max(len(live), 1),
-            "fused": "" if act in _NO_ACTIVATION else ("relu" if act in ("relu", "relu6") else str(act)),
+            "groups": groups, "n_inputs": max(len(live) - int(residual), 1),
+            "fused": fused,
             # what the kernel reads: every live input as it is (a broadcast operand is small, not a copy)
             "_in_el": sum(int(np.prod(g.tensors[t].shape)) for t in live) if live else ih * iw * ic,
             "_in": live, "_out": node.outputs[0], "_op": op}
@@ -184,6 +199,9 @@ def split_graph(graph, rules: FusionRules | str = "tflite-xnnpack", model: str =
     if isinstance(rules, str):
         rules = rules_for(rules)
     g = runtime_graph(graph, rules.runtime)
+    if rules.runtime.startswith("leti-engine"):  # what the engine's passes fused is in g; no rule fuses it again
+        rules = FusionRules(rules.runtime, {k: [f for f in v if f not in ENGINE_PASS_FUSED.get(k, ())]
+                                            for k, v in rules.fuse.items()}, rules.source)
     constants = set(g.constants)
     rows: list[dict] = []
     owner: dict[str, int] = {}  # tensor -> row that writes it

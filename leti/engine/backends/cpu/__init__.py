@@ -86,14 +86,16 @@ class CPUBackend(Backend):
         runner = ckernels.program_runner()
         if runner is None or not runner[1]:
             return None
-        records = []
+        records, owners = [], []
         try:
             for st in steps:
                 if not st.execution.alias:
-                    records.extend(st.execution.native(st.in_views, st.out_views, st.scratch_views))
+                    mine = st.execution.native(st.in_views, st.out_views, st.scratch_views)
+                    records.extend(mine)
+                    owners.extend([st] * len(mine))
         except ValueError:  # an operand the kernels cannot read in place (a strided constant): step by step
             return None
-        return native.Program(records, runner[0]) if records else None
+        return native.Program(records, runner[0], owners) if records else None
 
     def close(self) -> None:
         """Give up this backend's hold on the BLAS limit (restored when no CPU backend holds it)."""

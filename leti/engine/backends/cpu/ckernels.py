@@ -50,7 +50,7 @@ DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
-           "leti_set_wide_tail", "leti_conv_window_inplace")
+           "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -227,6 +227,20 @@ def program_runner():
     fn.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
     fn.restype = None
     return fn, bool(lib.leti_program_threads_supported())
+
+
+@lru_cache(maxsize=1)
+def step_clock_setter():
+    """``leti_set_step_clock(clock)`` through ctypes (``csrc/program.c``: a program run writes each step's end time into
+    ``clock``, an int64 array's address, or nothing once set to None), or None without the library."""
+    path = library()
+    if path is None:
+        return None
+    import ctypes
+
+    fn = ctypes.CDLL(str(path)).leti_set_step_clock
+    fn.argtypes, fn.restype = (ctypes.c_void_p,), ctypes.c_int64
+    return fn
 
 
 class _HugePagePool:

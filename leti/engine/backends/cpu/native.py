@@ -190,14 +190,30 @@ def gemv(x, wp, y, bias, has_bias: bool, act: int) -> list[list[int]]:
 
 
 class Program:
-    """The records of a run of steps, run by ``leti_run_program`` on numba's current thread count."""
+    """The records of a run of steps, run by ``leti_run_program`` on numba's current thread count; ``owners``: for each
+    record, the step it belongs to (what :meth:`clocked` reports times of)."""
 
-    def __init__(self, records: list[list[int]], runner):
+    def __init__(self, records: list[list[int]], runner, owners: list | None = None):
         table = np.zeros((len(records), RECORD), np.int64)
         for i, r in enumerate(records):
             table[i, :len(r)] = r
         self.table, self.steps = table, len(records)
+        self.owners = list(owners) if owners is not None else [None] * len(records)
         self._run, self._addr = runner, table.ctypes.data
+        self._clock = np.zeros(len(records) + 1, np.int64)
 
     def __call__(self) -> None:
         self._run(self._addr, self.steps, numba.get_num_threads())
+
+    def clocked(self) -> np.ndarray:
+        """Run once with the step clock set (``leti_set_step_clock``): each record's seconds inside the run, its load
+        imbalance and barrier included."""
+        from leti.engine.backends.cpu.ckernels import step_clock_setter
+
+        setter = step_clock_setter()
+        setter(self._clock.ctypes.data)
+        try:
+            self()
+        finally:
+            setter(None)
+        return np.diff(self._clock) * 1e-9
