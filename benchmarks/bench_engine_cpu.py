@@ -552,14 +552,15 @@ def make_runners(data, g, g_opt, files, x, threads, errors, ablation="avx2"):
 
 #: Pause before each block of timed runs (see :func:`time_interleaved`).
 PAUSE_S = 0.05
-#: Untimed runs after the pause: WARM_RUNS at least, and until WARM_S seconds have passed. Why: on this VM the first runs
-#: after a pause are slow, and not every runtime's alike: TFLite's MobileNet v2 at two threads took 2.46, 2.04, 1.99,
-#: 1.87 and 1.94 ms in the five runs after the 50 ms pause and one untimed run (the protocol until session 33), the
-#: engine's 2.25-2.01 (medians over 20 blocks, ``benchmarks/results/bench_warmup_session33.txt``, run 2).
+#: Untimed runs after the pause: WARM_RUNS at least, and until WARM_S seconds have passed. Why: on this VM the first
+#: runs after a pause are slow, and not every runtime's alike: TFLite's MobileNet v2 at two threads took 2.46, 2.04,
+#: 1.99, 1.87 and 1.94 ms in the five runs after the 50 ms pause and one untimed run (the protocol until session 33),
+#: the engine's 2.25-2.01 (medians over 20 blocks, ``benchmarks/results/bench_warmup_session33.txt``, run 2).
 WARM_RUNS, WARM_S = 3, 0.03
 
 
-#: A window of QUIET_WINDOW_S in which this process's threads used under QUIET_CPU_S of CPU ends the pause (:func:`quiesce`)
+#: A window of QUIET_WINDOW_S in which this process's threads used under QUIET_CPU_S of CPU ends the pause
+#: (:func:`quiesce`)
 QUIET_WINDOW_S, QUIET_CPU_S, MAX_PAUSE_S = 0.01, 0.0005, 2.0
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 
 def graph(h: int, c: int, between_convs: bool, rng):
-    """``x → mul(x, s)`` or ``x → conv 1×1 → mul → conv 1×1`` on an h × h × c map, ``s`` a per-channel vector."""
+    """``x → mul(x, s)`` or ``x → conv 1×1 → mul → conv 1×1`` on an h × h × c map, ``s`` a per-channel
+    vector."""
     from leti.engine.graph import Graph
 
     g = Graph()

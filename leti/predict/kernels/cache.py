@@ -16,11 +16,11 @@ of weights, alone (warm) and each time after ``FLUSH_MB`` megabytes of other dat
   excess(w))``).
 
 A one-pixel kernel of ``w`` MB in a model that passes ``T`` MB per inference through the cache (:func:`footprint_mb`:
-every kernel's weights and the larger of its largest step's maps and half the maps it writes) then costs ``excess(w) · (lost(T) − lost(w))`` more than
-alone: nothing in a model that fits the cache, and nothing for a kernel whose own weights overflow it (alone it
-already streams them). A kernel with more
-output pixels hides part of that stream behind its own work (:meth:`CacheProfile.in_model_ms`: the two combine as
-``(work^p + stream^p)^(1/p)``). Why it matters: on the AVX-512 engine (session 22) the work of a convolution on a 2×2 or
+every kernel's weights and the larger of its largest step's maps and half the maps it writes) then costs
+``excess(w) · (lost(T) − lost(w))`` more than alone: nothing in a model that fits the cache, and nothing for a
+kernel whose own weights overflow it (alone it already streams them). A kernel with more output pixels hides part
+of that stream behind its own work (:meth:`CacheProfile.in_model_ms`: the two combine as ``(work^p +
+stream^p)^(1/p)``). Why it matters: on the AVX-512 engine (session 22) the work of a convolution on a 2×2 or
 4×4 map with 4-12 MB of weights shrank below the time its weights take to come from memory, and inside ResNet50 at
 64×64 or a ResNet-basic variant such kernels ran 1.25-2.5× their time alone (`Session.profile`), which the one-pixel
 rule left out. Why activations
