@@ -583,12 +583,11 @@ def quiesce() -> float:
 
 
 def warm(fn) -> None:
-    """Run ``fn`` untimed :data:`WARM_RUNS` times and on until :data:`WARM_S` seconds have passed."""
-    t0 = time.perf_counter()
-    n = 0
-    while n < WARM_RUNS or time.perf_counter() - t0 < WARM_S:
-        fn()
-        n += 1
+    """Run ``fn`` untimed :data:`WARM_RUNS` times and on until :data:`WARM_S` seconds have passed (the paired
+    protocol's warm-up, ``leti.device.protocol.warm_up``, at the bench's lengths)."""
+    from leti.device.protocol import warm_up
+
+    warm_up(fn, time.perf_counter_ns, ms=1e3 * WARM_S, runs=WARM_RUNS)
 
 
 def time_interleaved(runners: dict, runs: int, rounds: int, warmup: int = 2) -> tuple[dict[str, float], dict]:

@@ -140,8 +140,8 @@ SWITCH_WARM_MS = 1.0
 SWITCH_WARM_RUNS = 3
 
 
-def _warm(run, clock, ms: float = SWITCH_WARM_MS, runs: int = SWITCH_WARM_RUNS) -> None:
-    """Run ``run`` untimed at least ``runs`` times and until ``ms`` of ``clock`` have passed."""
+def warm_up(run, clock, ms: float = SWITCH_WARM_MS, runs: int = SWITCH_WARM_RUNS) -> None:
+    """Run ``run`` untimed at least ``runs`` times and until ``ms`` of ``clock`` (nanoseconds) have passed."""
     end = clock() + ms * 1e6
     for _ in range(runs):
         run()
@@ -170,12 +170,12 @@ def _paired_blocks(device: Device, model: Path, reference: Path, blocks: int, bl
     gc.disable()  # no collector pauses inside timed runs
     try:
         for j in range(blocks):
-            _warm(a, clock)  # warm again after the reference ran
+            warm_up(a, clock)  # warm again after the reference ran
             for k in range(block_runs):
                 t0 = clock()
                 a()
                 ta[j, k] = clock() - t0
-            _warm(r, clock)
+            warm_up(r, clock)
             for k in range(block_runs):
                 t0 = clock()
                 r()

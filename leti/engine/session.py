@@ -332,7 +332,7 @@ class Session:
         if feeds is not None:
             self._feed(feeds)
         times = np.zeros((runs, len(self.steps)))
-        index = {id(st): i for i, st in enumerate(self.steps)}
+        index = {id(st): i for i, st in enumerate(self.steps)} if in_run else {}
         # a step that runs inside a native program is timed as a program of its own: the kernels a run calls
         calls = [] if in_run else [(self._native(st, st.backend) and st.backend.native_program([st])) or st
                                    for st in self.steps]

@@ -89,12 +89,16 @@ def rules_for(runtime: str) -> FusionRules:
 ENGINE_PASS_FUSED = {"conv2d": frozenset({"add"})}
 
 
+def _is_engine(runtime: str) -> bool:
+    return runtime.startswith("leti-engine")
+
+
 def runtime_graph(graph, runtime: str = "tflite-xnnpack"):
     """The graph after the rewrites the runtime (or the TFLite converter before it) makes."""
     from leti.engine import passes
 
     steps = [passes.fold_constants, passes.fold_batch_norm, passes.fuse_activations]
-    if runtime.startswith("leti-engine"):  # the engine's own passes (Session: its backends all take residuals)
+    if _is_engine(runtime):  # the engine's own passes (Session: its backends all take residuals)
         steps = [passes.depthwise_from_grouped, *steps, passes.merge_adds, passes.fuse_residual_adds]
     steps.append(passes.remove_dead)
     for step in steps:
@@ -125,7 +129,7 @@ def _node_row(g, node, constants: set[str]) -> dict:
     oh, ow, oc = _hw_c(g.tensors[node.outputs[0]].shape)
     kh = kw = stride = groups = 1
     op = node.op
-    if op in ("conv2d", "depthwise_conv2d", "grouped_conv2d"):
+    if conv:
         wshape = g.tensors[node.inputs[1]].shape
         kh, kw = int(wshape[0]), int(wshape[1])
         stride = int((a.get("strides") or [1])[0])
@@ -199,7 +203,7 @@ def split_graph(graph, rules: FusionRules | str = "tflite-xnnpack", model: str =
     if isinstance(rules, str):
         rules = rules_for(rules)
     g = runtime_graph(graph, rules.runtime)
-    if rules.runtime.startswith("leti-engine"):  # what the engine's passes fused is in g; no rule fuses it again
+    if _is_engine(rules.runtime):  # what the engine's passes fused is in g; no rule fuses it again
         rules = FusionRules(rules.runtime, {k: [f for f in v if f not in ENGINE_PASS_FUSED.get(k, ())]
                                             for k, v in rules.fuse.items()}, rules.source)
     constants = set(g.constants)
