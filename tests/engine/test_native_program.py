@@ -137,6 +137,32 @@ def test_products_split_by_weight_panels_match_row_splits(rng, split):
 
 @needs_program
 @pytest.mark.parametrize("threads", [2, 3])
+def test_panel_split_products_cut_into_row_chunks_give_the_panel_chunks_bit_for_bit(rng, threads):
+    """A product split by weight panels (196 rows x 512 -> 520 columns, 33 panels) cuts each thread's share of the
+    panels into chunks of rows (csrc/program.c, ckernels.set_panel_rows; 196 rows: 4 chunks per thread at 8 stolen
+    chunks, 1 at 1) or the panels into chunks: the same output bit for bit, the numba steps' and the reference's."""
+    c = _Chain((1, 14, 14, 512), rng)
+    c.add("conv2d", [c.w(1, 1, 512, 520, scale=0.05), c.w(520)], padding="same", activation="relu6")
+    g = c.graph()
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    old_rows, old_k = ckernels.set_panel_rows(None), ckernels.set_steal_chunks(None)
+    try:
+        outs = {}
+        for rows in (True, False):
+            for k in (8, 1):
+                assert ckernels.set_panel_rows(rows) is rows and ckernels.set_steal_chunks(k) == k
+                fused, single = _sessions(g, threads)
+                outs[rows, k] = fused.run({"x": x})[g.outputs[0]]
+    finally:
+        ckernels.set_panel_rows(old_rows)
+        ckernels.set_steal_chunks(old_k)
+    assert all(np.array_equal(outs[True, 8], o) for o in outs.values())
+    assert np.array_equal(outs[True, 8], single.run({"x": x})[g.outputs[0]])
+    assert rel_err(outs[True, 8], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [2, 3])
 def test_steps_cut_into_stolen_chunks_give_the_fixed_split_bit_for_bit(rng, threads):
     """On two or more threads each step is cut into threads x K chunks that idle threads take from the others
     (csrc/program.c, ckernels.set_steal_chunks): for K = 1 (fixed parts), 3 and 8 — more chunks than the 1-pixel

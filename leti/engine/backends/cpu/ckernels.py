@@ -50,7 +50,8 @@ DEPENDS = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.[ch]")))
 SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", "leti_run_program",
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
-           "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock")
+           "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
+           "leti_set_panel_rows")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -172,6 +173,13 @@ def set_steal_chunks(k: int | None) -> int:
     """Parts per thread of each native-program step on two or more threads (``csrc/program.c``: a thread runs its
     own parts, then the parts the others have not started; 1: fixed parts); ``None`` only asks."""
     return int(_setting("leti_set_steal_chunks", -1 if k is None else int(k)))
+
+
+def set_panel_rows(on: bool | None) -> bool:
+    """Ask for a native program's products split by weight panels on two or more threads to cut each thread's share of
+    the panels into chunks of rows (``csrc/program.c``; the default) or the panels themselves into chunks; ``None``
+    only asks. Returns whether row chunks are used."""
+    return _flag("leti_set_panel_rows", on)
 
 
 def set_weights_split(percent: int | None) -> int:
