@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,12 +36,12 @@ def layers(model: str):
     r6 = "relu6"
     if model == "v1":
         out = [K("conv2d", 224, 224, 3, 32, 3, 2, activation=r6)]
-        for h, c, s in ((112, 32, 1), (112, 64, 2), (56, 128, 1), (56, 128, 2), (28, 256, 1), (28, 256, 2),
-                        (14, 512, 1), (14, 512, 2), (7, 1024, 1)):
-            o = h // s
-            nxt = {32: 64, 64: 128, 128: 128 if s == 1 else 256, 256: 256 if s == 1 else 512,
-                   512: 512 if s == 1 else 1024, 1024: 1024}[c]
-            out += [K("depthwise_conv2d", h, h, c, 0, 3, s, activation=r6), K("conv2d", o, o, c, nxt, activation=r6)]
+        # (map, channels, depthwise stride, pointwise outputs) of each depthwise + pointwise pair
+        for h, c, st, o in ((112, 32, 1, 64), (112, 64, 2, 128), (56, 128, 1, 128), (56, 128, 2, 256),
+                            (28, 256, 1, 256), (28, 256, 2, 512), (14, 512, 1, 512), (14, 512, 2, 1024),
+                            (7, 1024, 1, 1024)):
+            out += [K("depthwise_conv2d", h, h, c, 0, 3, st, activation=r6),
+                    K("conv2d", h // st, h // st, c, o, activation=r6)]
         return out
     # MobileNet v2: (map, expanded channels, stride, projected channels) of each block's depthwise and products
     out = [K("conv2d", 224, 224, 3, 32, 3, 2, activation=r6),
@@ -52,6 +53,16 @@ def layers(model: str):
         out += [K("conv2d", h, h, cin, e, activation=r6), K("depthwise_conv2d", h, h, e, 0, 3, s, activation=r6),
                 K("conv2d", o, o, e, cout)]
     return out + [K("conv2d", 7, 7, 320, 1280, activation=r6)]
+
+
+def timed(fn, block: int) -> float:
+    """µs per run of ``fn`` over ``block`` runs after two untimed ones."""
+    fn()
+    fn()
+    start = time.perf_counter_ns()
+    for _ in range(block):
+        fn()
+    return (time.perf_counter_ns() - start) / block / 1e3
 
 
 def main() -> None:
@@ -68,8 +79,6 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=60)
     ap.add_argument("--work", default="", help="folder for the single-layer .tflite files (default: a temporary one)")
     args = ap.parse_args()
-    import tempfile
-
     work = Path(args.work or tempfile.mkdtemp(prefix="leti_layers_"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"MobileNet {args.model} layers, {args.threads} thread(s), {args.pairs} pairs; load average "
@@ -92,18 +101,10 @@ def main() -> None:
         runners["engine"]()
         block = max(3, int(2e-3 / max(time.perf_counter() - t0, 1e-6)))
 
-        def timed(fn):
-            fn()
-            fn()
-            start = time.perf_counter_ns()
-            for _ in range(block):
-                fn()
-            return (time.perf_counter_ns() - start) / block / 1e3
-
         times = {"engine": [], "tflite": []}
         for i in range(args.pairs):
             for k in (("tflite", "engine") if i % 2 else ("engine", "tflite")):
-                times[k].append(timed(runners[k]))
+                times[k].append(timed(runners[k], block))
         e, t = (float(np.median(times[k])) for k in ("engine", "tflite"))
         ratio = float(np.median(np.array(times["engine"]) / np.array(times["tflite"])))
         total[0] += e

@@ -376,8 +376,6 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
         float *y = F(7);
         int64_t panels = (n + NR - 1) / NR;
         int by_rows = panels < threads || (m >= 4 * MR * threads && (m >= n || 100 * k * n < weights_split * m * (k + n)));
-        /* parts of more than 64 rows keep the whole-k order of the product they cut (gemm.c, FULL_MIN_ROWS): the
-         * same sums whatever the number of parts */
         if (!by_rows && panel_rows && T > threads) {
             /* panels split over the threads, each thread's panels cut into row chunks of at least PANEL_ROWS rows for
              * stealing: a chunk runs all its thread's panels, so a tile of a's rows stays in L1 across them */
@@ -390,6 +388,8 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
                        bias ? bias + q0 * NR : 0, res ? res + r0 * ldy + q0 * NR : 0, act);
             return;
         }
+        /* parts of more than 64 rows keep the whole-k order of the product they cut (gemm.c, FULL_MIN_ROWS): the
+         * same sums whatever the number of parts */
         int64_t parts = MAX(1, MIN(T, by_rows ? (m > 64 ? MAX(threads, m / 72) : m / MR) : panels));
         if ((t = part_of(t, T, parts)) < 0) return;
         if (by_rows) {
