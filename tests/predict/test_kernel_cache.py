@@ -15,7 +15,7 @@ from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.calibration import calibration_chains, chain_ok
 from leti.predict.kernels.features import FEATURES, FEATURES_V1, kernel_features
 from leti.predict.kernels.model import KernelLatencyPredictor, load_kernel_predictor
-from leti.predict.kernels.overhead import Overhead, model_aggregates
+from leti.predict.kernels.overhead import SCALED, Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import normalize
 from tests.device.conftest import run_leti
@@ -108,6 +108,27 @@ def test_overhead_learns_the_weights_streaming_cost():
     # an overhead saved before the term existed keeps its own terms: the weights do not enter
     older = Overhead(["sum_ms", "one", "bytes_out_mb"], [1.0, 0.0, 0.0], 0.1, 17)
     np.testing.assert_allclose(older.predict(agg), agg.sum_ms)
+
+
+def test_overhead_scales_the_sum_by_the_log_of_the_weights_and_stays_below_a_per_mb_cost_far_past_them():
+    rng = np.random.default_rng(1)
+    rows = []
+    for m in range(40):
+        for k in range(int(rng.integers(3, 9))):
+            rows.append({**_conv(64, int(rng.choice([7, 14]))), "model": f"m{m}",
+                         "bytes_weights": float(rng.uniform(0, 6e6)), "bytes_out": 1e5})
+    table = normalize(pd.DataFrame(rows), "t")
+    agg = model_aggregates(table, rng.uniform(0.05, 1.0, len(table)))
+    assert agg[SCALED].to_numpy() == pytest.approx(agg.sum_ms * np.log1p(agg.weights_mb))
+    truth = agg.sum_ms * (0.95 + 0.04 * np.log1p(agg.weights_mb))  # a share of the kernels' time, growing with weights
+    o = Overhead().fit(agg, truth.to_numpy())
+    coef = dict(zip(o.terms, o.coef))
+    assert SCALED in o.terms and not any(t.startswith("evicted") or t == "weights_mb" for t in o.terms)
+    assert coef[SCALED] == pytest.approx(0.04, rel=1e-2) and coef["sum_ms"] == pytest.approx(0.95, rel=1e-2)
+    # a model with 20x the networks' weights: priced by the log it was fitted with, not per MB
+    big = normalize(pd.DataFrame([{**_conv(64, 7), "model": "big", "bytes_weights": 500e6, "bytes_out": 1e5}]), "t")
+    one = model_aggregates(big, np.array([2.0]))
+    assert o.predict(one)[0] == pytest.approx(2.0 * (0.95 + 0.04 * np.log1p(500.0)), rel=2e-2)
 
 
 def _weights_mb(steps) -> float:
