@@ -171,12 +171,12 @@ class Overhead:
         apart = COLD in terms  # the kernels' time without their cold cost, which has a coefficient of its own
 
         def col(t: str) -> np.ndarray:
+            if t == SCALED:  # the kernels' sum as this design takes it (without the cold cost when apart), scaled
+                return col("sum_ms") * np.log1p(agg["weights_mb"].to_numpy(np.float64))
             v = agg[t].to_numpy(np.float64) if t in agg else np.zeros(len(agg))
             if apart and (t == "sum_ms" or (t.startswith("ms:") and t != REST)):
                 cold = COLD if t == "sum_ms" else f"cold:{t[3:]}"
                 v = v - (agg[cold].to_numpy(np.float64) if cold in agg else 0.0)
-            if apart and t == SCALED and COLD in agg:  # the kernels' time without their cold cost, scaled
-                v = v - agg[COLD].to_numpy(np.float64) * np.log1p(agg["weights_mb"].to_numpy(np.float64))
             return v
 
         cols = []
