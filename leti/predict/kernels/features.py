@@ -45,12 +45,20 @@ TILING: tuple[str, ...] = ("log_pixels", "log_input_c", "log_output_c", "out_c_m
 #: channels fill whole tiles (RegNet's groups of 8 channels pay for 16 in a 7×16 tile, not 8/16 of one); and the
 #: engine's own 6×16 micro-kernel, whose last panel of at most 8 columns costs half (``csrc/gemm.c``)
 TILING_V2: tuple[str, ...] = ("log_flops_gtile4x8", "log_flops_gtile7x16", "log_flops_tile6x16")
-FEATURES: tuple[str, ...] = FEATURES_V1 + TILING + TILING_V2
+#: 32-channel panels (:data:`TILING_V3`): on a core with AVX-512 XNNPACK computes a product in panels of 32 output
+#: channels when the last panel holds more than 16 of them, else in panels of 16 throughout, and the 16-wide tiles run
+#: ~0.8× as fast per FLOP: on a Zen 5, 1×1 convolutions of 10×10×240 → N ran at 182-188 GFLOP/s for every N of 16
+#: modulo 32 and 226-233 for every N of 0 modulo 32 (session 36, ``docs/any_model.md``). The output channels (per
+#: group) modulo 32, the indicator of a last panel of at most 16, and the FLOPs of 7×32 tiles per group
+TILING_V3: tuple[str, ...] = ("out_c_mod32", "gout_c_mod32", "narrow32", "log_flops_gtile7x32")
+FEATURES_V2: tuple[str, ...] = FEATURES_V1 + TILING + TILING_V2
+FEATURES: tuple[str, ...] = FEATURES_V2 + TILING_V3
 SCHEME: tuple[str, ...] = ("scheme_winograd_n", "scheme_im2col", "scheme_strassen_depth", "log_scheme_mults")
 #: the feature list of an engine-CPU kernel predictor
 ENGINE_FEATURES: tuple[str, ...] = FEATURES + SCHEME
-#: an engine-CPU predictor saved before :data:`TILING_V2`
+#: an engine-CPU predictor saved before :data:`TILING_V2`, and one saved before :data:`TILING_V3`
 ENGINE_FEATURES_V1: tuple[str, ...] = FEATURES_V1 + TILING + SCHEME
+ENGINE_FEATURES_V2: tuple[str, ...] = FEATURES_V2 + SCHEME
 #: runtimes whose convolution scheme is the engine CPU backend's rule (the CUDA backend picks by measurement)
 SCHEME_RUNTIMES = frozenset({"leti-engine-cpu"})
 
@@ -67,7 +75,7 @@ def check_names(names, where: str = "the predictor") -> tuple[str, ...]:
     from leti.errors import CorruptModelError
 
     names = tuple(names)
-    if names not in (ENGINE_FEATURES, ENGINE_FEATURES_V1) and (len(names) < len(FEATURES_V1)
+    if names not in (ENGINE_FEATURES, ENGINE_FEATURES_V1, ENGINE_FEATURES_V2) and (len(names) < len(FEATURES_V1)
                                                                or names != FEATURES[: len(names)]):
         raise CorruptModelError(f"{where}: the predictor's kernel features differ from this LETI's")
     return names
@@ -148,6 +156,10 @@ def kernel_features(table: pd.DataFrame, names: tuple[str, ...] = FEATURES) -> n
         if any(n in TILING_V2 for n in names):
             cols.update(zip(TILING_V2, [np.log(np.maximum(_group_tiled_flops(pixels, cpg, cout, g, k2, mr, nr, half), 1))
                                         for mr, nr, half in ((4, 8, False), (7, 16, False), (6, 16, True))]))
+        if any(n in TILING_V3 for n in names):
+            rest = np.floor(cout / np.where((g > 1) & (cpg > 1), g, 1.0)) % 32  # per group, as the group tiles
+            cols.update(zip(TILING_V3, [cout % 32, rest, ((rest > 0) & (rest <= 16)).astype(np.float64),
+                                        np.log(np.maximum(_group_tiled_flops(pixels, cpg, cout, g, k2, 7, 32), 1))]))
     if any(n in SCHEME for n in names):
         cols.update(zip(SCHEME, scheme_columns(t)))
     return np.ascontiguousarray(np.stack([cols[n] for n in names], axis=1), np.float32)
