@@ -82,6 +82,10 @@ def test_sampler_follows_the_real_networks():
     assert sum(c.input_c % 8 == 0 for c in draws) > 80  # channels rounded to SIMD-friendly multiples, mostly
     # a type no keras.applications network has is drawn from synthetic seeds, with a share of its own
     assert s.synthetic == ["transpose"] and w["transpose"] == pytest.approx(0.01)
+    # grouped convolutions, whose real rows are ConvNeXt's depthwise ones redrawn, get their floor, not 0.3 %
+    assert w["grouped_conv2d"] == pytest.approx(0.03)
+    plain = (s.real.kernel_type == "grouped_conv2d").mean()
+    assert plain < 0.01 and w["depthwise_conv2d"] > w["grouped_conv2d"]
     shuffles = s.draw("transpose", 50, rng)
     assert len(shuffles) == 50 and all(valid(c) and c.groups >= 2 and c.input_c % c.groups == 0 for c in shuffles)
     # no draw around VGG16's 25088 -> 4096 head (411 MB) exceeds the weights cap (converting one took ~100 s)
