@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -49,6 +47,7 @@ def main(argv=None) -> int:
     from leti.models.keras_import import keras_to_tflite
     from leti.models.random_networks import keras_network
     from leti.models.tflite import release
+    from leti.predict.kernels.build_store import BuildStore
 
     sides = []
     for ds in args.dataset:
@@ -75,11 +74,9 @@ def main(argv=None) -> int:
     if pick.empty:
         print(f"error: no calibration network of {args.min_ms}-{args.max_ms} ms", file=sys.stderr)
         return 2
-    with sqlite3.connect(f"file:{args.predictor / 'kernels.sqlite'}?mode=ro", uri=True) as c:
-        params = {n: json.loads(cfg)["params"] for n, cfg in
-                  c.execute("select name, config from items where kind = 'network'")}
-    known = {f.name for f in fields(Protocol)}
-    proto = Protocol(**{k: v for k, v in sides[0]["protocol"].items() if k in known})
+    with BuildStore(args.predictor / "kernels.sqlite") as store:
+        params = {r["name"]: r["config"]["params"] for r in store.measured("network").to_dict("records")}
+    proto = Protocol(**sides[0]["protocol"])
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"anchor_{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     files = {}
