@@ -148,4 +148,6 @@ def test_a_small_reference_beside_a_large_model_is_timed_warm():
     ~89 that timing them gave (one untimed run per switch)."""
     m = measure(ColdAfterSwitch(), Path("a"), Protocol(runs=20, warmup=2, max_attempts=1), reference=Path("r"))
     assert m.ratio == pytest.approx(100.0, rel=0.04)
-    assert m.ref_ms == pytest.approx(0.05, rel=0.1)
+    # the reference's own mean time: never under its 0.05 ms of work, far under the model's 5 ms (a mean, so a loaded CI
+    # host that preempts one 0.05 ms run stretches it: CI once saw 0.14 ms, with the ratio still 100 within 4 %)
+    assert 0.05 * 0.98 <= m.ref_ms < m.mean_ms / 20
