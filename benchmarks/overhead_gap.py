@@ -30,10 +30,10 @@ def per_model(kp, table: pd.DataFrame) -> pd.DataFrame:
     """Per model: the kernels' predicted sum alone, what the predictor says in all, and the MB of weights."""
     from leti.predict.kernels.overhead import model_aggregates
 
-    rows = kp.in_model(kp.predict_kernels(table, allow_unknown=True))
+    kernels = kp.predict_kernels(table, allow_unknown=True)  # each kernel alone, before its cost inside the model
+    rows = kp.in_model(kernels)
     agg = model_aggregates(rows, rows["predicted_ms"].to_numpy(), kp.overhead.cache_sizes())
-    extra = sum(rows[c] for c in ("cold_ms", "near_ms", "stepped_ms") if c in rows)
-    alone = (rows["predicted_ms"] - extra).groupby(rows["model"], sort=False).sum() if len(rows) else agg["sum_ms"]
+    alone = kernels.groupby("model", sort=False)["predicted_ms"].sum()
     return pd.DataFrame({"alone_ms": alone.reindex(agg.index), "predicted_ms": kp.overhead.predict(agg),
                          "weights_mb": agg["weights_mb"]}, index=agg.index)
 
@@ -61,8 +61,7 @@ def main(argv=None) -> int:
     truth, how = measured_latency(args.dataset, args.zoo, "auto")
     tables = [split_model(args.zoo / m, kp.rules, device=kp.device) for m in truth.index if (args.zoo / m).is_file()]
     zoo = per_model(kp, pd.concat(tables, ignore_index=True))
-    zoo["measured_ms"] = [float(truth.get(f"{m}.tflite", truth.get(m, np.nan))) for m in zoo.index]
-    zoo = zoo.dropna()
+    zoo = zoo.join(truth.rename(index=lambda f: Path(f).stem).rename("measured_ms"), how="inner")
     with BuildStore(args.predictor / "kernels.sqlite") as store:
         net_kernels, nets = calibration_tables(store, kp.runtime, "network")
     if nets.empty:
