@@ -243,6 +243,30 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     rows = pd.read_parquet(tmp_path / "a.parquet")
     assert list(rows.kernel_type) == ["relu", "hard_swish"] and (rows.alone_ms > 0).all() and (rows.predicted_ms > 0).all()
     assert (rows.alone_ms < 1.0).all() and set(rows.file) == {"m.tflite"}
+    # benchmarks/profile_tflite_prefix.py: the model cut after its first operator computes that operator's output
+    spec = importlib.util.spec_from_file_location("prefix", ROOT / "benchmarks" / "profile_tflite_prefix.py")
+    prefix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prefix)
+    from ai_edge_litert.interpreter import Interpreter
+
+    x = np.random.default_rng(0).standard_normal((1, 24, 24, 16)).astype(np.float32)
+    outs = {}
+    for k, data in ((1, prefix.prefix_tflite(path.read_bytes(), 1)), (2, path.read_bytes())):
+        it = Interpreter(model_content=data)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        outs[k] = [it.get_tensor(o["index"]) for o in it.get_output_details()]
+    relu = np.maximum(x, 0)
+    assert len(outs[1]) == 1 and np.allclose(outs[1][0], relu)
+    assert np.allclose(outs[2][0], relu * np.clip(relu + 3, 0, 6) / 6, atol=1e-5)  # the whole chain: hard-swish of it
+    with pytest.raises(ValueError, match="1..2 operators"):
+        prefix.prefix_tflite(path.read_bytes(), 3)
+    assert prefix.main(["--predictor", str(tmp_path / "kp"), "--models", str(path), "--cuts", "2", "--repeats", "1",
+                        "--out", str(tmp_path / "p.parquet")]) == 0
+    rows = pd.read_parquet(tmp_path / "p.parquet")
+    assert list(rows.ops) == [1, 2] and list(rows.kernels) == [1, 2] and (rows.run_ms > 0).all()
+    assert rows.alone_ms.iloc[0] < rows.alone_ms.iloc[1] and rows.segment.iloc[1].startswith("hard_swish@24x24")
 
 
 def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf, monkeypatch):
