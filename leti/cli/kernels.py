@@ -41,9 +41,6 @@ def build_cmd(
     networks: Optional[int] = typer.Option(None, "--networks", help="Random whole networks timed end to end; with "
                                            "20 or more the overhead (per kernel type) is fitted on them, with fewer "
                                            "a transfer scales the source's (default 60; 8 with --transfer-from)."),
-    real: int = typer.Option(0, "--real", help="Real calibration models timed end to end (keras.applications "
-                             "architectures, RegNet designs and variants none of which is a zoo model; up to 34); "
-                             "with 10 or more the overhead is fitted on them instead of the random networks."),
     detect: Optional[bool] = typer.Option(None, "--detect/--no-detect", help="Measure the fusion rules first (else: "
                                           "the runtime's rules known a priori, or the source's; default: detect, "
                                           "but not with --transfer-from)."),
@@ -78,10 +75,8 @@ def build_cmd(
 
     if not budget_minutes > 0:
         raise LetiError(f"--budget-minutes must be above 0, got {budget_minutes:g}")
-    if seed < 0 or calibration < 0 or (networks or 0) < 0 or real < 0:
-        raise LetiError("--seed, --calibration, --networks and --real must be zero or positive whole numbers")
-    if real and transfer_from is not None:
-        raise LetiError("--real goes without --transfer-from (a transfer scales the source's overhead)")
+    if seed < 0 or calibration < 0 or (networks or 0) < 0:
+        raise LetiError("--seed, --calibration and --networks must be zero or positive whole numbers")
     if cache_mb < 0 or (cache_mb and transfer_from is not None):
         raise LetiError(f"--cache-mb must be 0 or above and goes without --transfer-from, got {cache_mb:g}")
     if coverage is not None and transfer_from is not None:
@@ -119,7 +114,6 @@ def build_cmd(
         else:
             report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
                                             n_calibration=calibration, n_networks=60 if networks is None else networks,
-                                            n_real=real,
                                             detect=detect is not False, cache_probe=cache_probe, cache_mb=cache_mb,
                                             coverage=coverage, overhead=overhead, notify=notify)
     finally:

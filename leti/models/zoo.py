@@ -162,57 +162,6 @@ def families(entries) -> dict[str, int]:
     return out
 
 
-# ---- real calibration models: real architectures that are not the zoo's ---------------------------
-#: RegNet designs the zoo does not hold (depths, widths, group width, squeeze-excite; Radosavovic et al. 2020's
-#: 800MF and 1.6GF points)
-CALIBRATION_REGNETS = {
-    "x008": ([1, 3, 7, 5], [64, 128, 288, 672], 16, False), "x016": ([2, 4, 10, 2], [72, 168, 408, 912], 24, False),
-    "y008": ([1, 3, 8, 2], [64, 128, 320, 768], 16, True), "y016": ([2, 6, 17, 2], [48, 120, 336, 888], 24, True),
-}
-#: keras.applications architectures (and widths) the zoo does not hold, at the zoo's small inputs
-CALIBRATION_APPS = (("DenseNet169", {}), ("EfficientNetB2", {}), ("EfficientNetV2B1", {}), ("ResNet50V2", {}),
-                    ("Xception", {}), ("InceptionV3", {}), ("MobileNetV2", {"alpha": 1.4}))
-#: the seed of the variants drawn for calibration (the zoo's are seed 0; seed 1 was an earlier hold-out)
-CALIBRATION_VARIANT_SEED = 2
-CALIBRATION_RES = (96, 128)
-
-
-@lru_cache(maxsize=1)
-def calibration_entries() -> tuple[ZooEntry, ...]:
-    """Whole real models a kernel build times for its overhead (``leti kernels build --real``), none of them a zoo
-    model: keras.applications architectures and RegNet designs the zoo does not hold, and two variants of each
-    variant family drawn with another seed, at 96 and 128 pixels.
-
-    Why real models: the random networks of :mod:`leti.models.random_networks` run 1.01-1.08x their kernels alone
-    where the zoo's weight-heavy models at small inputs run 1.18-1.24x (a Zen 5; `benchmarks/overhead_gap.py`);
-    grouped convolutions are 0.1 % of their kernels' time against 1.5 % of the zoo's. Timed inside the running model
-    (`benchmarks/profile_tflite_prefix.py`), the zoo's excess sits in its last stages, where 3x3-6x6 maps meet MBs of
-    weights that come from memory; an overhead fitted on one campaign of real models scored 90-94 % Acc@10 on another
-    build's campaign (``docs/any_model.md``, session 40)."""
-    out = []
-    for cls, params in CALIBRATION_APPS:
-        tag = "_".join(_tag(k, v) for k, v in params.items())
-        for res in CALIBRATION_RES:
-            name = f"cal_{cls.lower()}{'_' + tag if tag else ''}_r{res}"
-            out.append(ZooEntry(name, f"cal_{cls.lower()}", tag or "base", res, float(params.get("alpha", 1.0)),
-                                "keras.applications", cls, params))
-    for key, (depths, widths, gw, se) in CALIBRATION_REGNETS.items():
-        params = {"depths": depths, "widths": widths, "group_width": gw, "se": se, "classes": CLASSES}
-        for res in CALIBRATION_RES:
-            out.append(ZooEntry(f"cal_regnet{key}_r{res}", f"cal_regnet{key[0]}", key, res, 1.0, "leti", "regnet",
-                                params))
-    for family, (builder, _, _, _) in zv.VARIANTS.items():
-        for i in range(2):
-            b, res, width, params = zv.draw(family, CALIBRATION_VARIANT_SEED, i, CLASSES)
-            out.append(ZooEntry(f"cal_{family}_{i:03d}_r{res}", f"cal_{family}", f"s{CALIBRATION_VARIANT_SEED}-{i:03d}",
-                                res, width, "leti", b, params))
-    zoo = {(e.source, e.builder, json.dumps(e.params, sort_keys=True), e.input_res) for e in _entries(0)}
-    same = [e.name for e in out if (e.source, e.builder, json.dumps(e.params, sort_keys=True), e.input_res) in zoo]
-    if same:
-        raise ConversionError(f"calibration models that are zoo models: {', '.join(same)}")
-    return tuple(out)
-
-
 # ---- building ------------------------------------------------------------------------------------
 def build_zoo_model(entry: ZooEntry):
     """The Keras model of ``entry`` (random weights, nothing downloaded)."""

@@ -117,22 +117,3 @@ def test_write_zoo_resumes_without_rebuilding(written):
     again = write_zoo(out, pick, jobs=1)
     assert again == records[:3]
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.tflite")} == stamps
-
-
-def test_calibration_models_are_real_architectures_none_of_them_a_zoo_model():
-    """``leti kernels build --real``'s models: keras.applications architectures and RegNet designs the zoo does not
-    hold and variants of another seed, at the zoo's small inputs; a definition that made one of them a zoo model
-    would be refused (calibration_entries checks it)."""
-    import keras
-
-    from leti.models.zoo import calibration_entries
-
-    cal = calibration_entries()
-    zoo = {e.name: e for e in zoo_entries(0)}
-    assert len(cal) == 34 and all(e.name.startswith("cal_") and e.name not in zoo for e in cal)
-    assert not {(e.builder, json.dumps(e.params, sort_keys=True), e.input_res) for e in cal} & {
-        (e.builder, json.dumps(e.params, sort_keys=True), e.input_res) for e in zoo.values()}
-    assert {e.source for e in cal} == {"keras.applications", "leti"} and all(e.input_res <= 224 for e in cal)
-    assert all(hasattr(keras.applications, e.builder) for e in cal if e.source == "keras.applications")
-    assert all(e.builder in zoo_blocks.BUILDERS for e in cal if e.source == "leti")
-    assert sum(e.builder == "regnet" for e in cal) == 8 and sum(e.family.startswith("cal_var_") for e in cal) == 12

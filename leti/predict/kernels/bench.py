@@ -156,13 +156,6 @@ class KernelBench:
 
         return self._timed(lambda: keras_network(params, name=stem.replace("-", "_")), stem)
 
-    def real(self, entry: dict, stem: str = "real") -> Timed:
-        """Time a whole real model, a :class:`~leti.models.zoo.ZooEntry` given as its dict
-        (:func:`~leti.models.zoo.calibration_entries`)."""
-        from leti.models.zoo import ZooEntry, build_zoo_model
-
-        return self._timed(lambda: build_zoo_model(ZooEntry(**entry)), stem)
-
     def empty(self) -> Timed:
         """A near-empty model (one ReLU on four numbers): the per-invoke cost of the runtime."""
         return self.kernel(KernelConfig("relu", 1, 1, 4), stem="empty")

@@ -106,8 +106,6 @@ def _measure_pending(store: BuildStore, bench, clock: _Clock, reserve_s: float, 
         try:
             if item["kind"] == "network":
                 timed = bench.network(item["config"]["params"], stem=item["name"])
-            elif item["kind"] == "real":
-                timed = bench.real(item["config"]["entry"], stem=item["name"])
             elif item["kind"] == "calibration":
                 steps = [KernelConfig.from_dict(d) for d in item["config"]["steps"]]
                 timed = bench.chain(steps, seed=int(item["config"]["seed"]), stem=item["name"])
@@ -191,19 +189,9 @@ def plan_networks(store: BuildStore, n: int, seed: int) -> int:
     return store.plan("network", nets, max(len(store.rounds()) - 1, 0))
 
 
-def plan_real(store: BuildStore, n: int) -> int:
-    """Plan the first ``n`` real calibration models (:func:`~leti.models.zoo.calibration_entries`), as
-    :func:`plan_networks` does the random networks. Returns how many were added."""
-    from leti.models import zoo
-
-    entries = zoo.calibration_entries()[:n]
-    return store.plan("real", [(e.name, "real", "network", {"entry": e.to_dict()}) for e in entries],
-                      max(len(store.rounds()) - 1, 0))
-
-
 def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed: int = 0, threads: int = 1,
                            kernel_types: list[str] | None = None, n_calibration: int = 40, n_networks: int = 60,
-                           n_real: int = 0, initial_per_type: int = 24, detect: bool = True, protocol=None, cache_probe: bool = True,
+                           initial_per_type: int = 24, detect: bool = True, protocol=None, cache_probe: bool = True,
                            cache_mb: float = 0.0, coverage: bool | None = None, overhead: str | None = None,
                            notify: Callable[[float, float, str], None] = lambda _s, _b, _m: None) -> BuildReport:
     """Build (or continue building) the kernel predictor of ``device`` (a name for
@@ -281,9 +269,6 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             if ok and n_networks:
                 plan_networks(store, n_networks, seed)
                 ok = _measure_pending(store, bench, clock, reserve(), tick, "network")
-            if ok and n_real:
-                plan_real(store, n_real)
-                ok = _measure_pending(store, bench, clock, reserve(), tick, "real")
             if not ok:
                 break
             # fit, cross-validate, plan the next round
@@ -314,21 +299,20 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             raise LetiError(f"no kernel was measured within {budget_minutes:g} minutes; give a larger --budget-minutes")
         cal_kernels, cal = calibration_tables(store, runtime)
         net_kernels, nets = calibration_tables(store, runtime, "network")
-        real_kernels, real = calibration_tables(store, runtime, "real")
         predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets, cache,
-                                     coverage=bool(coverage), overhead=overhead, real_kernels=real_kernels, real=real)
+                                     coverage=bool(coverage), overhead=overhead)
         if cache_mb:
             predictor.overhead.cache_mb = float(cache_mb)
             notes.append(f"the eviction term ramps at {cache_mb:g} MB of cache when predicting" if
                          predictor.overhead.cache_sizes() else "--cache-mb: the overhead has no eviction term")
-        _save(out, predictor, table, cal, cal_kernels, nets, net_kernels, real, real_kernels)
+        _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         cv = store.get("cv", {})
         if store.get("cv_rows") != len(table):  # kernels measured since the last round's fit
             cv = cv_by_type(table, params, seed)[0]
         clock.save()
         counts = store.counts()
         return BuildReport(out, table.kernel_type.value_counts().to_dict(), clock.spent / 60.0, cv,
-                           len(cal) + len(nets) + len(real), rules, len(store.rounds()), clock.left(),
+                           len(cal) + len(nets), rules, len(store.rounds()), clock.left(),
                            counts.get("kernel", {}).get("pending", 0), notes)
 
 
@@ -364,8 +348,7 @@ def _real_latency(sampler, regressors) -> np.ndarray | None:
 
 
 def _save(out: Path, predictor, table: pd.DataFrame, cal: pd.DataFrame, cal_kernels: pd.DataFrame,
-          nets: pd.DataFrame, net_kernels: pd.DataFrame, real: pd.DataFrame | None = None,
-          real_kernels: pd.DataFrame | None = None) -> None:
+          nets: pd.DataFrame, net_kernels: pd.DataFrame) -> None:
     """The predictor's files and the tables, the manifest last (a half-written folder is no predictor)."""
     import shutil
     import tempfile
@@ -384,7 +367,4 @@ def _save(out: Path, predictor, table: pd.DataFrame, cal: pd.DataFrame, cal_kern
         if len(nets):
             nets.to_parquet(out / "networks.parquet", index=False)
             net_kernels.to_parquet(out / "network_kernels.parquet", index=False)
-        if real is not None and len(real):
-            real.to_parquet(out / "real.parquet", index=False)
-            real_kernels.to_parquet(out / "real_kernels.parquet", index=False)
         (Path(tmp) / "p" / "manifest.json").replace(out / "manifest.json")

@@ -20,7 +20,7 @@ from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.cache import CacheProfile
 from leti.predict.kernels.coverage import coverage_weights
 from leti.predict.kernels.model import KernelLatencyPredictor, fit_kernel_predictor
-from leti.predict.kernels.overhead import REAL_FORMS, Overhead, model_aggregates
+from leti.predict.kernels.overhead import Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import COLUMNS, normalize
 from leti.predict.kernels.split import FusionRules
@@ -54,12 +54,6 @@ MAX_NETWORK_WEIGHTS_MB = 128.0
 #: the local CPU: every kernel of six small NB101 networks (zoo dev split) timed alone summed to 0.96-1.03× the
 #: networks' latency, while the kernel predictor, fitted on floored kernels, put them 14-28 % high.
 MIN_KERNEL_SHARE = 0.05
-
-
-#: real calibration models (``leti kernels build --real``) from which the overhead is fitted on them
-MIN_REAL = 10
-#: whether the random networks join the real models in that fit
-REAL_WITH_NETWORKS = False
 
 
 def reference_ms(store: BuildStore) -> float:
@@ -203,8 +197,7 @@ def sum_overhead(agg: pd.DataFrame, e2e_ms: np.ndarray) -> Overhead:
 def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame, rules: FusionRules,
               net_kernels: pd.DataFrame | None = None, nets: pd.DataFrame | None = None,
               cache: CacheProfile | None = None, coverage: bool = True,
-              overhead: str = "fit", real_kernels: pd.DataFrame | None = None,
-              real: pd.DataFrame | None = None) -> tuple[KernelLatencyPredictor, list[str]]:
+              overhead: str = "fit") -> tuple[KernelLatencyPredictor, list[str]]:
     """The predictor on every kernel (KernelRegressors' default settings; with ``coverage`` each kernel weighed by its
     closeness to real networks' kernels: :mod:`.coverage`), its overhead fitted on the
     calibration networks when there are :data:`MIN_NETWORKS` of them (per-type scales among the options),
@@ -221,15 +214,6 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
             predictor.overhead = sum_overhead(*_in_model_aggregates(predictor, models, lat, "calibration models"))
         notes.append(f"no overhead (--overhead sum): latency = the kernels' sum; its log RMS on the {len(lat)} "
                      f"calibration models {predictor.overhead.resid_std:.3f}")
-        return predictor, notes
-    if real is not None and len(real) >= MIN_REAL:
-        if REAL_WITH_NETWORKS and nets is not None and len(nets):
-            real_kernels = pd.concat([real_kernels, net_kernels], ignore_index=True)
-            real = pd.concat([real, nets], ignore_index=True)
-        agg, lat = _in_model_aggregates(predictor, real_kernels, real, "real calibration models")
-        predictor.overhead = Overhead().fit_forms(agg, lat, REAL_FORMS)
-        notes.append(f"overhead fitted on {len(real)} real calibration models: {' + '.join(predictor.overhead.terms)} "
-                     f"(leave-one-out log RMS {predictor.overhead.resid_std:.3f})")
         return predictor, notes
     weights = (net_kernels.groupby("model").bytes_weights.sum() / 1e6 if nets is not None and len(nets)
                else pd.Series(dtype=float))

@@ -138,13 +138,6 @@ COLD = "cold_ms"
 #: weights pulling per-type scales towards the common scale (as many models' worth of relative error),
 #: strongest (simplest) first, as the one-standard-error rule wants them ordered
 PER_TYPE_PULL = (10.0, 1.0, 0.1, 0.01)
-#: the forms an overhead fitted on real calibration models chooses among (:meth:`Overhead.fit_forms`): one scale for
-#: the convolutions, depthwise and grouped convolutions and the rest, and the weights a 16 MB cache no longer holds.
-#: Why (session 40, a Zen 5): timed inside the running model (``benchmarks/profile_tflite_prefix.py``) the zoo's
-#: excess sits where 3x3-6x6 maps meet MBs of weights from memory, and grouped convolutions run ~1.4x their time
-#: alone; fitted on one campaign of the zoo this form scored 90-94 % Acc@10 on another build's campaign
-REAL_FORMS = [["ms:conv2d", "ms:depthwise_conv2d", "ms:grouped_conv2d", REST, evicted_term(16)],
-              ["sum_ms", evicted_term(16)]]
 
 
 @dataclass
@@ -261,30 +254,6 @@ class Overhead:
                     best = i
         self.terms, prior = options[best]
         self.coef, self.n_models = self._nnls(self._design(agg, self.terms), y, prior).tolist(), len(y)
-        self.resid_std = float(np.sqrt(mse[best])) if np.isfinite(mse[best]) else 0.0
-        return self
-
-    def fit_forms(self, agg: pd.DataFrame, e2e_ms: np.ndarray, forms: list[list[str]]) -> Overhead:
-        """Fit each of a few given term lists (terms absent from ``agg`` dropped; the cold term added where ``agg`` has
-        one) and keep the one of lowest leave-one-model-out error. For models that are few but real (:data:`REAL_FORMS`),
-        where choosing among the dozens of :meth:`fit`'s options would fit their quirks."""
-        y = np.asarray(e2e_ms, np.float64)
-        cold = [COLD] if COLD in agg and float(agg[COLD].sum()) > 0 else []
-        options = []
-        for form in forms:
-            terms = [t for t in form if t in (REST, "one") or t in agg] + cold
-            # a term that is nothing on every model (the rest when the fit types cover every kernel: a difference
-            # of equal sums) would take any coefficient
-            cols = self._design(agg, terms)
-            scale = max(float(np.abs(cols).max()), 1e-300)
-            terms = [t for t, c in zip(terms, cols.T) if float(np.abs(c).max()) > 1e-9 * scale]
-            if terms not in options:
-                options.append(terms)
-        resid = [self._loo_residuals(self._design(agg, terms), y) for terms in options]
-        mse = [np.inf if r is None else float(np.mean(np.square(r))) for r in resid]
-        best = int(np.argmin(mse))
-        self.terms = options[best]
-        self.coef, self.n_models = self._nnls(self._design(agg, self.terms), y).tolist(), len(y)
         self.resid_std = float(np.sqrt(mse[best])) if np.isfinite(mse[best]) else 0.0
         return self
 
