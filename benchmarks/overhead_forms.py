@@ -26,7 +26,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-STREAMED = ("conv2d", "dense", "grouped_conv2d")
 TYPED = ("conv2d", "depthwise_conv2d", "grouped_conv2d")
 CACHES = (8, 12, 16, 24, 32)
 PER_TYPE = [f"t_{t}" for t in TYPED] + ["t_rest"]
@@ -35,6 +34,8 @@ FORMS = [["sum"], ["sum", "W"], *[["sum", f"E{c}"] for c in CACHES], PER_TYPE, [
 
 def aggregates(kp, table: pd.DataFrame) -> pd.DataFrame:
     """Per model: ``sum``, ``W`` (MB of conv/dense weights), ``t_<type>`` and ``E<C>`` (see the module's doc)."""
+    from leti.predict.kernels.cache import STREAMED
+    from leti.predict.kernels.overhead import eviction_ramp
     from leti.predict.kernels.resident import resident_weight_bytes
 
     k = kp.predict_kernels(table, allow_unknown=True)
@@ -45,7 +46,7 @@ def aggregates(kp, table: pd.DataFrame) -> pd.DataFrame:
     cols["t_rest"] = np.where(np.isin(kind, TYPED), 0.0, ms)
     agg = pd.DataFrame(cols).groupby(k.model.to_numpy(), sort=False).sum()
     for c in CACHES:
-        agg[f"E{c}"] = agg.W * np.clip((agg.W - c / 2) / (c / 2), 0.0, 1.0)
+        agg[f"E{c}"] = agg.W * eviction_ramp(agg.W, c)
     return agg
 
 

@@ -48,6 +48,13 @@ def prefix_tflite(data: bytes, k: int) -> bytes:
     return bytes(b.Output())
 
 
+def operator_count(data: bytes) -> int:
+    """Operators of subgraph 0, read without unpacking the model (its weights stay where they are)."""
+    from ai_edge_litert import schema_py_generated as s
+
+    return s.Model.GetRootAsModel(data, 0).Subgraphs(0).OperatorsLength()
+
+
 def cut_points(n_ops: int, cuts: int) -> list[int]:
     return sorted({max(1, round(n_ops * (j + 1) / cuts)) for j in range(cuts)})
 
@@ -63,7 +70,6 @@ def main(argv=None) -> int:
 
     import pandas as pd
 
-    from leti.device.protocol import measure
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KernelBench
     from leti.predict.kernels.build_fit import invoke_ms, kernel_ms, reference_ms
@@ -84,9 +90,7 @@ def main(argv=None) -> int:
           f"{'seg x':>7}{'seg MB w':>9}")
     for path in args.models:
         data = path.read_bytes()
-        from ai_edge_litert import schema_py_generated as s
-
-        n_ops = len(s.ModelT.InitFromPackedBuf(data, 0).subgraphs[0].operators)
+        n_ops = operator_count(data)
         prev = (0.0, 0.0, 0.0, 0)
         for k in cut_points(n_ops, args.cuts):
             f = work / f"{path.stem}_p{k}.tflite"
@@ -95,12 +99,7 @@ def main(argv=None) -> int:
             kern = pred.predict_kernels(table, allow_unknown=True, where=str(f))
             alone = float(kern.predicted_ms.sum())
             wmb = float(kern.bytes_weights.sum()) / 1e6
-            ratios = []
-            for _ in range(args.repeats):
-                try:
-                    ratios.append(float(measure(dev, f, bench.protocol, reference=bench.reference).ratio))
-                finally:
-                    dev.release(f)
+            ratios = [float(bench.time_file(f).ratio) for _ in range(args.repeats)]
             run = kernel_ms(float(np.median(ratios)), ref, empty)
             seg_run, seg_alone = run - prev[0], alone - prev[1]
             print(f"{path.stem[:39]:<40}{k:>5}{len(kern):>8}{run:>9.3f}{alone:>9.3f}{seg_run:>9.3f}{seg_alone:>10.3f}"
