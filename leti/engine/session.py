@@ -201,6 +201,13 @@ class Session:
         nbytes = {t: int(np.prod(shapes[t], dtype=np.int64)) * store[t].itemsize for t in store}
         self.memory, self._views = {}, {}
         outputs = [self._out_map.get(t, t) for t in g.outputs]
+        # tensors a backend will read later than their step's position says (a step fused with the next: the CPU's
+        # 1x1 convolution run in bands inside the depthwise convolution after it reads its input until that one ends)
+        sole, later = self._sole_reader(steps), {}
+        for prev, st in zip(steps, steps[1:]):
+            keeps = getattr(st.backend, "fusion_keeps", None)
+            if keeps is not None:
+                later[st.name] = [t for t in keeps(prev, st, sole, nbytes) if t not in st.inputs]
         for dom in sorted(set(domain.values())):
             plan_steps = []
             for st in steps:
@@ -210,7 +217,7 @@ class Session:
                 inplace = {}
                 if mine and st.name in cand and ex is not None and not ex.alias:
                     inplace = {st.outputs[0]: tuple(st.inputs[i] for i in cand[st.name])}
-                plan_steps.append(Step(st.name, [t for t in st.inputs if domain.get(t) == dom],
+                plan_steps.append(Step(st.name, [t for t in st.inputs + later.get(st.name, []) if domain.get(t) == dom],
                                        [t for t in st.outputs if domain[t] == dom],
                                        list(ex.scratch) if mine and ex is not None else [], aliases, inplace))
             sizes = {t: n for t, n in nbytes.items() if domain[t] == dom}
@@ -237,13 +244,14 @@ class Session:
         ``capture`` (CUDA graphs) replaced by one replayable callable."""
         prog, i, steps = [], 0, self.steps
         self.captured = 0
+        sole_reader = self._sole_reader(steps)
         while i < len(steps):
             st = steps[i]
             j = i
             while j < len(steps) and self._native(steps[j], st.backend):
                 j += 1
             if j > i:  # a run of C-kernel steps (CPU): one native program, or the steps one by one if it declines
-                fn = st.backend.native_program(steps[i:j])
+                fn = st.backend.native_program(steps[i:j], sole_reader)
                 prog += [fn] if fn is not None else steps[i:j]
                 i = j
                 continue
@@ -264,6 +272,15 @@ class Session:
             i = j
         self._program = prog
         self._program_noio = [p for p in prog if not getattr(p, "io", False)]
+
+    def _sole_reader(self, steps: list[BoundStep]) -> set[str]:
+        """The tensors that exactly one step reads and the graph does not return (what a fusion may keep from memory)."""
+        reads: dict[str, int] = {}
+        for st in steps:
+            for t in set(st.inputs):
+                reads[t] = reads.get(t, 0) + 1
+        returned = set(self.graph.outputs) | {self._out_map.get(t, t) for t in self.graph.outputs}
+        return {t for t, n in reads.items() if n == 1 and t not in returned}
 
     @staticmethod
     def _native(st: BoundStep, backend) -> bool:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from leti.engine import ops
-from leti.engine.backends.cpu import CPUBackend, ckernels
+from leti.engine.backends.cpu import CPUBackend, ckernels, native
 from leti.engine.backends.cpu.native import Program
 from leti.engine.graph import Graph
 from leti.engine.reference import run_reference
@@ -467,3 +467,65 @@ def test_the_step_clock_times_each_step_inside_the_running_program(rng, threads)
     y = fused.run({"x": x})[g.outputs[0]]
     assert np.array_equal(prog._clock, before)  # unset: a plain run writes no clock
     assert rel_err(y, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+def _expand_depthwise(rng, h, w, c_in, c_mid, stride, padding, read_twice=False):
+    """MobileNet v2's expansion: a 1x1 convolution, then a 3x3 depthwise convolution over its output and a 1x1
+    projection; with ``read_twice`` the expansion's output is also added to the depthwise output (stride 1)."""
+    c = _Chain((1, h, w, c_in), rng)
+    mid = c.add("conv2d", [c.w(1, 1, c_in, c_mid), c.w(c_mid)], padding="same", activation="relu6")
+    d = c.add("depthwise_conv2d", [c.w(3, 3, c_mid), c.w(c_mid)], strides=[stride, stride], padding=padding,
+              activation="relu6")
+    if read_twice:
+        c.add("add", inputs=[d, mid])
+    c.add("conv2d", [c.w(1, 1, c_mid, 8), c.w(8)], padding="same")
+    return c.graph()
+
+
+def _fused_records(session) -> int:
+    return sum(int(p.table[i, 0] == native.GEMM_DWCONV) for p in session._program if isinstance(p, Program)
+               for i in range(p.steps))
+
+
+@needs_program
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("h, w, c_in, c_mid, stride, padding", [(23, 17, 16, 96, 2, "same"), (20, 21, 24, 40, 1, "same"),
+                                                                (19, 16, 8, 32, 2, "valid"), (9, 30, 5, 24, 1, "valid")])
+def test_a_product_fused_into_the_depthwise_convolution_after_it_gives_the_same_bits(
+        rng, monkeypatch, threads, h, w, c_in, c_mid, stride, padding):
+    """A 1x1 convolution whose output only a 3x3 depthwise convolution reads runs inside it, band by band
+    (csrc/program.c STEP_GEMM_DWCONV): bands of one output row (the rows two bands share moved, not computed again), of
+    several, and the whole product at once give the unfused program's output bit for bit, at one to three threads
+    (parts that compute their first rows' inputs themselves), odd sizes, channels in partial vectors, padded or not."""
+    monkeypatch.setattr(native, "FUSE_MIN_BYTES", 0)
+    g = _expand_depthwise(rng, h, w, c_in, c_mid, stride, padding)
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    plain = Session(g, backends=(CPUBackend(threads=threads, fuse=False),)).resize()
+    fused = Session(g, backends=(CPUBackend(threads=threads),)).resize()
+    assert _fused_records(plain) == 0 and _fused_records(fused) == 1
+    want = plain.run({"x": x})[g.outputs[0]].copy()
+    old = ckernels.set_fuse_band_kb(None)
+    try:
+        for kb in (1, 16, 0):
+            assert ckernels.set_fuse_band_kb(kb) == kb
+            for _ in range(2):
+                assert np.array_equal(fused.run({"x": x})[g.outputs[0]], want), kb
+    finally:
+        ckernels.set_fuse_band_kb(old)
+    assert rel_err(want, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
+def test_a_product_read_by_another_step_or_too_small_is_not_fused(rng, monkeypatch):
+    """The fusion never computes a tensor another step reads: the expansion's output added to the depthwise output stays
+    a product of its own; under FUSE_MIN_BYTES (what fits L2) nothing fuses; at 0 the same graph without the add does."""
+    x_shape = (1, 12, 12, 8)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    shared = _expand_depthwise(rng, 12, 12, 8, 16, 1, "same", read_twice=True)
+    alone = _expand_depthwise(rng, 12, 12, 8, 16, 1, "same")
+    assert _fused_records(Session(alone, backends=(CPUBackend(threads=1),)).resize()) == 0  # 9 KB < FUSE_MIN_BYTES
+    monkeypatch.setattr(native, "FUSE_MIN_BYTES", 0)
+    assert _fused_records(Session(alone, backends=(CPUBackend(threads=1),)).resize()) == 1
+    s = Session(shared, backends=(CPUBackend(threads=1),)).resize()
+    assert _fused_records(s) == 0
+    assert rel_err(s.run({"x": x})[shared.outputs[0]], run_reference(shared, {"x": x})[shared.outputs[0]]) < 1e-4

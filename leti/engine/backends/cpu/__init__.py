@@ -77,10 +77,12 @@ class CPUBackend(Backend):
             _acquire_blas_limit()
             self._holds_blas = True
 
-    def native_program(self, steps):
+    def native_program(self, steps, sole_reader: set[str] | None = None):
         """One callable for a run of steps whose executions describe themselves as C-kernel records (:mod:`.native`),
         or None to run them one by one: with ``native=False``, without LETI's C kernels, or where the library was
-        built without OpenMP and the steps would lose their threads."""
+        built without OpenMP and the steps would lose their threads. ``sole_reader``: the tensors that one step alone
+        reads (and the graph does not return); a 1×1 convolution whose output is one of them and which a 3×3 depthwise
+        convolution reads runs fused with it (:func:`.native.fuse_products_into_depthwise`; ``fuse=False`` not)."""
         if not self.options.get("native", True):
             return None
         runner = ckernels.program_runner()
@@ -95,7 +97,19 @@ class CPUBackend(Backend):
                     owners.extend([st] * len(mine))
         except ValueError:  # an operand the kernels cannot read in place (a strided constant): step by step
             return None
+        if sole_reader and self.options.get("fuse", True):
+            records, owners = native.fuse_products_into_depthwise(records, owners, sole_reader)
         return native.Program(records, runner[0], owners) if records else None
+
+    def fusion_keeps(self, prev, st, sole_reader: set[str], nbytes: dict[str, int]) -> list[str]:
+        """The tensors the memory plan must keep alive through step ``st`` because ``prev`` may run fused into it (see
+        :meth:`native_program`): a 1×1 convolution's input, read band by band while the depthwise convolution writes.
+        Without it the plan may give the depthwise output the input's space, and the pair cannot fuse."""
+        if (not self.options.get("fuse", True) or prev.backend is not self or st.op != "depthwise_conv2d"
+                or prev.op != "conv2d" or not prev.inputs or prev.outputs[0] != st.inputs[0]
+                or st.inputs[0] not in sole_reader or nbytes.get(st.inputs[0], 0) < native.FUSE_MIN_BYTES):
+            return []
+        return [prev.inputs[0]]
 
     def close(self) -> None:
         """Give up this backend's hold on the BLAS limit (restored when no CPU backend holds it)."""

@@ -51,7 +51,7 @@ SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", 
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
            "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
-           "leti_set_panel_rows")
+           "leti_set_panel_rows", "leti_set_fuse_band_kb")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -180,6 +180,13 @@ def set_panel_rows(on: bool | None) -> bool:
     the panels into chunks of rows (``csrc/program.c``; the default) or the panels themselves into chunks; ``None``
     only asks. Returns whether row chunks are used."""
     return _flag("leti_set_panel_rows", on)
+
+
+def set_fuse_band_kb(kb: int | None) -> int:
+    """KiB of product rows per band of a native program's 1×1 convolution fused with the 3×3 depthwise convolution
+    that reads it (``csrc/program.c``, ``STEP_GEMM_DWCONV``; 0: the product whole, then the depthwise convolution);
+    ``None`` only asks. Returns the value in force."""
+    return int(_setting("leti_set_fuse_band_kb", -1 if kb is None else int(kb)))
 
 
 def set_weights_split(percent: int | None) -> int:

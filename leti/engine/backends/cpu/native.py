@@ -18,7 +18,10 @@ from leti.engine.backends.cpu.gemm import window_reads_padding
 #: int64 fields per record (``RECORD`` in program.c)
 RECORD = 20
 (GEMM, DWCONV, PAD, WINDOW, MEAN, SOFTMAX, GEMV, IM2COL, POOL, COPY_CHANNELS, WINOGRAD_IN, WINOGRAD_PRODUCTS,
- WINOGRAD_OUT, UNARY, BINARY, DWCONV_K, SWAP_LAST_TWO, WINDOW_IN_PLACE) = range(1, 19)
+ WINOGRAD_OUT, UNARY, BINARY, DWCONV_K, SWAP_LAST_TWO, WINDOW_IN_PLACE, GEMM_DWCONV) = range(1, 20)
+#: the least bytes of a 1×1 convolution's output for :func:`fuse_products_into_depthwise` to fuse it with the depthwise
+#: convolution that reads it: what fits the core's L2 gains nothing from bands
+FUSE_MIN_BYTES = 512 * 1024
 #: the unary kinds of ``leti_unary`` (``csrc/pointwise.c``); 1 and 2 are also the fused activations' codes
 UNARY_CODE = {"relu": 1, "relu6": 2, "sigmoid": 3, "hard_swish": 4, "hard_sigmoid": 5}
 
@@ -187,6 +190,39 @@ def gemv(x, wp, y, bias, has_bias: bool, act: int) -> list[list[int]]:
     (``ckernels.pack``: panels of k × 16 outputs), ``y`` its n outputs."""
     k, n = wp.shape[1], y.shape[0]
     return [[GEMV, _addr(x), _addr(wp), _addr(y), _addr(bias) if has_bias else 0, k, n, act]]
+
+
+def fuse_products_into_depthwise(records: list[list[int]], owners: list, sole_reader: set[str],
+                                  min_bytes: int | None = None) -> tuple[list[list[int]], list]:
+    """Each product record (a 1×1 convolution) followed by the 3×3 depthwise record that reads its output, where that
+    output is read by nothing else (``sole_reader``: the tensors one step alone reads and the graph does not return),
+    holds at least ``min_bytes`` and the depthwise output does not overlap the product's input, becomes one
+    ``GEMM_DWCONV`` record (``csrc/program.c``): the product's rows computed band by band just before the depthwise
+    convolution reads them, in the core's L2. The fused record's owner is the depthwise step (the product's step then
+    has no record: a step clock gives it no time of its own). Returns the new records and owners."""
+    min_bytes = FUSE_MIN_BYTES if min_bytes is None else min_bytes
+    out, own, i = [], [], 0
+    while i < len(records):
+        r = records[i]
+        if i + 1 < len(records) and r[0] == GEMM and records[i + 1][0] == DWCONV and owners[i] is not None \
+                and owners[i + 1] is not None and owners[i] is not owners[i + 1]:
+            d = records[i + 1]
+            m, n, k, a, lda, bp, y, ldy, bias, res, act = r[1:12]
+            x, yd, w9, dbias, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, dact, rows = d[1:18]
+            ok = (y == x and ldy == n == c and not res and rows == oh and m == h * wd and dh == dw == 1
+                  and m * n * 4 >= min_bytes and len(owners[i].outputs) == 1
+                  and owners[i].outputs[0] in sole_reader and owners[i + 1].inputs[0] == owners[i].outputs[0]
+                  and (yd + oh * ow * c * 4 <= a or a + m * lda * 4 <= yd))
+            if ok:
+                out.append([GEMM_DWCONV, a, lda, k, bp, c, bias, act, w9, dbias, h, wd, oh, ow, sh, sw, pt, pl, dact,
+                            yd])
+                own.append(owners[i + 1])
+                i += 2
+                continue
+        out.append(r)
+        own.append(owners[i])
+        i += 1
+    return out, own
 
 
 class Program:

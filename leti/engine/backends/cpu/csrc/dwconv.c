@@ -68,9 +68,21 @@ int64_t leti_set_avx512(int64_t on); /* gemm.c: whether the AVX-512 kernels are 
 #define DW_TARGET AVX512
 #include "dwconv_impl.h"
 
+/* leti_dwconv3x3 over an input of which only rows x_row0.. are held, from x on (a band of the input, one image: a
+ * native program's fused product and depthwise step, program.c); the rows the outputs r0..r1-1 read must be held */
+void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *w, const float *bias, int64_t h,
+                         int64_t wd, int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                         int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1);
+
 void leti_dwconv3x3(const float *x, float *y, const float *w, const float *bias, int64_t h, int64_t wd,
                     int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                     int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1) {
+    leti_dwconv3x3_band(x, 0, y, w, bias, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, act, r0, r1);
+}
+
+void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *w, const float *bias, int64_t h,
+                         int64_t wd, int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                         int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1) {
     const int64_t row_in = wd * c, img_in = h * row_in, row_out = ow * c;
     /* 16 channels a vector where the CPU has AVX-512, the channels come in whole 16s and the stride is 2 or more,
      * else 8. One thread, 64-byte aligned data (benchmarks/bench_dwconv.py, Zen 5): at stride 2 the 16-lane code takes
@@ -93,7 +105,7 @@ void leti_dwconv3x3(const float *x, float *y, const float *w, const float *bias,
         while (i0 < 3 && iy + i0 * dh < 0) ++i0;
         while (i1 > i0 && iy + (i1 - 1) * dh >= h) --i1;
         const float *rows[3];
-        for (int i = 0; i < 3; ++i) rows[i] = (i >= i0 && i < i1) ? xi + (iy + i * dh) * row_in : xi;
+        for (int i = 0; i < 3; ++i) rows[i] = (i >= i0 && i < i1) ? xi + (iy + i * dh - x_row0) * row_in : xi;
         if (wide)
             dw_row_16(yr, rows, w, bias, c, cfull, ow, fa, fb, sw, pl, dw, wd, act, i0, i1);
         else

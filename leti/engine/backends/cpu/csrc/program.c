@@ -32,7 +32,7 @@
 enum { STEP_GEMM = 1, STEP_DWCONV = 2, STEP_PAD = 3, STEP_WINDOW = 4, STEP_MEAN = 5, STEP_SOFTMAX = 6, STEP_GEMV = 7,
        STEP_IM2COL = 8, STEP_POOL = 9, STEP_COPY_CHANNELS = 10, STEP_WINOGRAD_IN = 11, STEP_WINOGRAD_PRODUCTS = 12,
        STEP_WINOGRAD_OUT = 13, STEP_UNARY = 14, STEP_BINARY = 15, STEP_DWCONV_K = 16, STEP_SWAP_LAST_TWO = 17,
-       STEP_WINDOW_IN_PLACE = 18 };
+       STEP_WINDOW_IN_PLACE = 18, STEP_GEMM_DWCONV = 19 };
 
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, const float *res, int64_t act);
@@ -51,6 +51,9 @@ void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci,
                               int64_t sh, int64_t sw, int64_t pt, int64_t pl, const float *bp, int64_t co, float *y,
                               int64_t ow, const float *bias, const float *res, int64_t act, int64_t u0, int64_t u1);
 int64_t leti_set_avx512(int64_t on);
+void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *w, const float *bias, int64_t h,
+                         int64_t wd, int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                         int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1);
 /* pointwise.c */
 void leti_unary(const float *x, float *y, int64_t code, float alpha, float beta, int64_t i0, int64_t i1);
 void leti_binary(const float *a, const float *b, float *y, const float *shift, int64_t px, int64_t c, int64_t bstride,
@@ -359,6 +362,64 @@ int64_t leti_set_panel_rows(int64_t on) {
     return panel_rows;
 }
 
+/* A 1x1 convolution whose output only a 3x3 depthwise convolution reads, run as one step (STEP_GEMM_DWCONV): the
+ * depthwise output rows of a thread's part in bands, each band's input rows computed by the product into a buffer of
+ * the thread's (about fuse_band_kb KiB) just before the depthwise convolution reads them, the rows two bands share
+ * moved to the buffer's start instead of computed again. The product's output (MobileNet v2's expansions: 4.8 MB at
+ * 112 x 112 x 96) then never leaves the core's L2 for the L3 and comes back; each value is the same sum as unfused,
+ * bit for bit. leti_set_fuse_band_kb(0) runs the product whole into the buffer, then the depthwise (for A/B). */
+static int64_t fuse_band_kb = 384;
+
+int64_t leti_set_fuse_band_kb(int64_t kb) {
+    if (kb >= 0) fuse_band_kb = kb;
+    return fuse_band_kb;
+}
+
+static __thread float *fuse_buf = 0;
+static __thread size_t fuse_cap = 0;
+
+/* this thread's band buffer of at least `floats` floats (kept for the thread's later runs), or 0 */
+static float *fuse_buffer(size_t floats) {
+    if (floats > fuse_cap) {
+        free(fuse_buf);
+        size_t bytes = (floats * sizeof(float) + 4095) / 4096 * 4096;
+        fuse_buf = aligned_alloc(4096, bytes);
+        fuse_cap = fuse_buf ? bytes / sizeof(float) : 0;
+    }
+    return fuse_buf;
+}
+
+/* depthwise output rows o0..o1-1 of a STEP_GEMM_DWCONV record s (one image):
+ * a lda k bp c gbias gact w9 dbias h wd oh ow sh sw pt pl dact y */
+static void gemm_dwconv_rows(const int64_t *s, int64_t o0, int64_t o1) {
+    const float *a = F(1), *bp = F(4), *gbias = F(6), *w9 = F(8), *dbias = F(9);
+    int64_t lda = s[2], k = s[3], c = s[5], gact = s[7], h = s[10], wd = s[11], oh = s[12], ow = s[13], sh = s[14],
+            sw = s[15], pt = s[16], pl = s[17], dact = s[18];
+    float *y = F(19);
+    int64_t row = wd * c; /* floats per input row of the depthwise convolution */
+    int64_t band = fuse_band_kb > 0 ? MAX(1, ((int64_t)fuse_band_kb * 1024 / (row * 4) - 3) / sh + 1) : o1 - o0;
+    int64_t lo_all = MAX(0, o0 * sh - pt), hi_all = MIN(h, (o1 - 1) * sh - pt + 3);
+    int64_t cap = fuse_band_kb > 0 ? MIN((band - 1) * sh + 3, hi_all - lo_all) : hi_all - lo_all;
+    float *buf = fuse_buffer((size_t)(MAX(cap, 1) * row));
+    if (!buf) return; /* out of memory: the outputs keep what they held */
+    int64_t slo = 0, shi = 0; /* the buffer holds input rows slo..shi-1 from its start */
+    for (int64_t b0 = o0; b0 < o1; b0 += band) {
+        int64_t b1 = MIN(o1, b0 + band);
+        int64_t lo = MAX(0, b0 * sh - pt), hi = MIN(h, (b1 - 1) * sh - pt + 3);
+        if (lo >= slo && lo < shi) {
+            if (lo > slo) memmove(buf, buf + (lo - slo) * row, (size_t)((shi - lo) * row) * sizeof(float));
+        } else {
+            shi = lo;
+        }
+        slo = lo;
+        if (hi > shi) {
+            leti_sgemm((hi - shi) * wd, c, k, a + shi * wd * lda, lda, bp, buf + (shi - slo) * row, c, gbias, 0, gact);
+            shi = hi;
+        }
+        leti_dwconv3x3_band(buf, slo, y, w9, dbias, h, wd, c, oh, ow, sh, sw, 1, 1, pt, pl, dact, b0, b1);
+    }
+}
+
 /* Which of `parts` equal parts chunk t of T (a step cut for work stealing, leti_run_program) runs, or -1: the first
  * chunk of every part, so that a step of fewer parts than chunks still has them spread over the threads' chunks. */
 static inline int64_t part_of(int64_t t, int64_t T, int64_t parts) {
@@ -502,6 +563,14 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
         if ((t = part_of(t, T, parts)) < 0) return;
         leti_binary(F(1), F(2), F(3), F(4), s[6], s[7], s[8], s[9], s[10], s[11], t * pixels / parts,
                     (t + 1) * pixels / parts);
+        return;
+    }
+    case STEP_GEMM_DWCONV: { /* a lda k bp c gbias gact w9 dbias h wd oh ow sh sw pt pl dact y: output rows split in
+                              * one part per thread (a part's first band computes the rows it shares with the part
+                              * before: fewer parts, fewer rows computed twice) */
+        int64_t oh = s[12], parts = MAX(1, MIN(threads, oh));
+        if ((t = part_of(t, T, parts)) < 0) return;
+        gemm_dwconv_rows(s, t * oh / parts, (t + 1) * oh / parts);
         return;
     }
     case STEP_DWCONV_K: { /* x y w bias h wd c oh ow kh kw sh sw dh dw pt pl act rows: rows split */
