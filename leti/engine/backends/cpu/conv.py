@@ -49,8 +49,10 @@ WINDOW_MAX_IC = 128
 
 #: Most bytes the transformed tiles of one Winograd pass (V and M together) may take. The whole map's tiles at once
 #: took 21 MB on a 96×96×128 → 128 convolution, more than TFLite's whole session; in blocks of tiles the products
-#: stay as large as a 64×64 map's (see :func:`winograd_block`).
-WINOGRAD_BLOCK_BYTES = 4 << 20
+#: stay as large as a 64×64 map's (see :func:`winograd_block`). 1 MiB (a block's V and M in one core's L2 on a Zen 4 or
+#: 5) against 4 MiB, interleaved in one process (session 41, Zen 5): the NB101 96×96 cells 0.90-0.99× the time at two
+#: threads and 0.98-0.99× at one, ResNet50 0.97-0.98×, an NB101 network (its 64 tiles one block either way) 1.00×.
+WINOGRAD_BLOCK_BYTES = 1 << 20
 #: fewest tiles a block holds (the α² products' rows): a 32×32 map's 64 F(4×4) tiles, so NB101 networks and
 #: smaller maps run in one pass as before
 WINOGRAD_BLOCK_MIN = 64
