@@ -196,3 +196,13 @@ def release_mapped_weights(constants) -> int:
         except (OSError, ValueError):  # closed, or a kernel without it: the pages simply stay
             pass
     return len(maps)
+
+
+def read_once(step_inputs: list[list[str]], returned: set[str]) -> set[str]:
+    """The tensors exactly one step reads and the graph does not return: what a backend may compute inside the step
+    that reads it without storing it (a fusion, :meth:`CPUBackend.native_program`)."""
+    reads: dict[str, int] = {}
+    for inputs in step_inputs:
+        for t in set(inputs):
+            reads[t] = reads.get(t, 0) + 1
+    return {t for t, n in reads.items() if n == 1 and t not in returned}

@@ -23,7 +23,7 @@ from leti.engine import ops, passes
 from leti.engine.backends.base import (PRECISIONS, Backend, Execution, HostBackend, OpContext, Scheme, get_backend,
                                        pinned_allocator)
 from leti.engine.graph import Graph
-from leti.engine.memory import MemoryPlan, Step, plan_memory, release_mapped_weights, return_freed_heap
+from leti.engine.memory import MemoryPlan, Step, plan_memory, read_once, release_mapped_weights, return_freed_heap
 from leti.engine.schedule import ScheduleOptions, choose_scheme
 from leti.errors import ConversionError
 
@@ -274,13 +274,8 @@ class Session:
         self._program_noio = [p for p in prog if not getattr(p, "io", False)]
 
     def _sole_reader(self, steps: list[BoundStep]) -> set[str]:
-        """The tensors that exactly one step reads and the graph does not return (what a fusion may keep from memory)."""
-        reads: dict[str, int] = {}
-        for st in steps:
-            for t in set(st.inputs):
-                reads[t] = reads.get(t, 0) + 1
         returned = set(self.graph.outputs) | {self._out_map.get(t, t) for t in self.graph.outputs}
-        return {t for t, n in reads.items() if n == 1 and t not in returned}
+        return read_once([st.inputs for st in steps], returned)
 
     @staticmethod
     def _native(st: BoundStep, backend) -> bool:

@@ -1,5 +1,7 @@
 """TFLite models converted from Keras run on the engine with the interpreter's outputs (1e-4)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,8 @@ from leti.engine.convert.from_tflite import from_tflite
 from leti.engine.session import Session
 from leti.errors import ConversionError, CorruptModelError
 from tests.engine.conftest import rel_err
+
+ROOT = Path(__file__).resolve().parents[2]
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -132,3 +136,25 @@ def test_weights_are_views_of_the_mapped_file_and_released_after_packing(zoo, tm
     assert all(np.array_equal(before[k], v) for k, v in g.constants.items())
     assert np.array_equal(next(iter(s.run(x).values())), y)
     assert release_mapped_weights([np.zeros(3, np.float32)]) == 0  # private memory: nothing to release
+
+
+def test_the_segment_benchmark_times_both_runtimes_on_every_prefix(zoo, tmp_path, capsys):
+    """benchmarks/bench_engine_segments.py: TFLite and the engine over the same prefixes of a model; one row per cut, the
+    last the whole model, segments that add up to the whole."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("segments", ROOT / "benchmarks" / "bench_engine_segments.py")
+    seg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seg)
+    path = tmp_path / "convnet.tflite"
+    path.write_bytes(zoo["convnet"][0])
+    n = seg.operator_count(path.read_bytes())
+    assert seg.main(["--model", str(path), "--step", "4", "--rounds", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("<=")]
+    cuts = [int(r[1]) for r in rows]
+    assert cuts == sorted(set(list(range(4, n, 4)) + [n]))
+    whole_tflite, whole_engine = float(rows[-1][2]), float(rows[-1][3])
+    assert whole_tflite > 0 and whole_engine > 0
+    assert sum(float(r[7]) for r in rows) == pytest.approx(whole_engine, abs=2e-3)
+    with pytest.raises(SystemExit):
+        seg.main(["--model", str(tmp_path / "missing.tflite")])
