@@ -490,13 +490,15 @@ def _fused_records(session) -> int:
 @needs_program
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("h, w, c_in, c_mid, stride, padding", [(23, 17, 16, 96, 2, "same"), (20, 21, 24, 40, 1, "same"),
-                                                                (19, 16, 8, 32, 2, "valid"), (9, 30, 5, 24, 1, "valid")])
+                                                                (19, 16, 8, 32, 2, "valid"), (9, 30, 5, 24, 1, "valid"),
+                                                                (14, 20, 300, 32, 1, "same")])
 def test_a_product_fused_into_the_depthwise_convolution_after_it_gives_the_same_bits(
         rng, monkeypatch, threads, h, w, c_in, c_mid, stride, padding):
     """A 1x1 convolution whose output only a 3x3 depthwise convolution reads runs inside it, band by band
     (csrc/program.c STEP_GEMM_DWCONV): bands of one output row (the rows two bands share moved, not computed again), of
     several, and the whole product at once give the unfused program's output bit for bit, at one to three threads
-    (parts that compute their first rows' inputs themselves), odd sizes, channels in partial vectors, padded or not."""
+    (parts that compute their first rows' inputs themselves), odd sizes, channels in partial vectors, padded or not, and
+    k = 300 (more than one k block: the bands take the whole product's order, whole k or k blocks, on AVX2 too)."""
     monkeypatch.setattr(native, "FUSE_MIN_BYTES", 0)
     g = _expand_depthwise(rng, h, w, c_in, c_mid, stride, padding)
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)

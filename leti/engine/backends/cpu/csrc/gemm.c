@@ -597,10 +597,21 @@ static void sgemm_full_k(int64_t m, int64_t n, int64_t k, const float *a, int64_
     }
 }
 
+void leti_sgemm_part(int64_t m_whole, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
+                     float *y, int64_t ldy, const float *bias, const float *res, int64_t act);
+
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, const float *res, int64_t act) {
+    leti_sgemm_part(m, m, n, k, a, lda, bp, y, ldy, bias, res, act);
+}
+
+/* m rows of a product of m_whole rows, in the order (whole k or k blocks) the whole product takes, so that its sums are
+ * the whole product's bit for bit: a native program's product run in bands (program.c, STEP_GEMM_DWCONV) */
+void leti_sgemm_part(int64_t m_whole, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
+                     float *y, int64_t ldy, const float *bias, const float *res, int64_t act) {
     int64_t panels = (n + NR - 1) / NR;
-    if (m > FULL_MIN_ROWS && k <= FULL_MAX_K && !avx512_on() && (full_k > 0 || (full_k < 0 && leti_set_full_k(-1)))) {
+    if (m_whole > FULL_MIN_ROWS && k <= FULL_MAX_K && !avx512_on() &&
+        (full_k > 0 || (full_k < 0 && leti_set_full_k(-1)))) {
         sgemm_full_k(m, n, k, a, lda, bp, y, ldy, bias, res, act);
         return;
     }

@@ -36,6 +36,8 @@ enum { STEP_GEMM = 1, STEP_DWCONV = 2, STEP_PAD = 3, STEP_WINDOW = 4, STEP_MEAN 
 
 void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp, float *y,
                 int64_t ldy, const float *bias, const float *res, int64_t act);
+void leti_sgemm_part(int64_t m_whole, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
+                     float *y, int64_t ldy, const float *bias, const float *res, int64_t act);
 void leti_dwconv3x3(const float *x, float *y, const float *w, const float *bias, int64_t h, int64_t wd,
                     int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                     int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1);
@@ -413,7 +415,8 @@ static void gemm_dwconv_rows(const int64_t *s, int64_t o0, int64_t o1) {
         }
         slo = lo;
         if (hi > shi) {
-            leti_sgemm((hi - shi) * wd, c, k, a + shi * wd * lda, lda, bp, buf + (shi - slo) * row, c, gbias, 0, gact);
+            leti_sgemm_part(h * wd, (hi - shi) * wd, c, k, a + shi * wd * lda, lda, bp, buf + (shi - slo) * row, c,
+                            gbias, 0, gact);
             shi = hi;
         }
         leti_dwconv3x3_band(buf, slo, y, w9, dbias, h, wd, c, oh, ow, sh, sw, 1, 1, pt, pl, dact, b0, b1);
