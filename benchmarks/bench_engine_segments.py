@@ -23,17 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
-
-
-def operator_count(data: bytes) -> int:
-    from ai_edge_litert import schema_py_generated as s
-
-    return len(s.ModelT.InitFromPackedBuf(data, 0).subgraphs[0].operators)
+from profile_tflite_prefix import operator_count, prefix_tflite  # noqa: E402,F401  (operator_count: also the tests')
 
 
 def main(argv: list[str] | None = None) -> int:
     from ai_edge_litert.interpreter import Interpreter
-    from profile_tflite_prefix import prefix_tflite
 
     from leti.engine.backends.cpu import CPUBackend
     from leti.engine.convert.from_tflite import from_tflite

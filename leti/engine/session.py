@@ -203,11 +203,12 @@ class Session:
         outputs = [self._out_map.get(t, t) for t in g.outputs]
         # tensors a backend will read later than their step's position says (a step fused with the next: the CPU's
         # 1x1 convolution run in bands inside the depthwise convolution after it reads its input until that one ends)
-        sole, later = self._sole_reader(steps), {}
+        returned = set(g.outputs) | set(outputs)
+        self._read_once, later = read_once([st.inputs for st in steps], returned), {}
         for prev, st in zip(steps, steps[1:]):
             keeps = getattr(st.backend, "fusion_keeps", None)
             if keeps is not None:
-                later[st.name] = [t for t in keeps(prev, st, sole, nbytes) if t not in st.inputs]
+                later[st.name] = [t for t in keeps(prev, st, self._read_once, nbytes) if t not in st.inputs]
         for dom in sorted(set(domain.values())):
             plan_steps = []
             for st in steps:
@@ -244,14 +245,13 @@ class Session:
         ``capture`` (CUDA graphs) replaced by one replayable callable."""
         prog, i, steps = [], 0, self.steps
         self.captured = 0
-        sole_reader = self._sole_reader(steps)
         while i < len(steps):
             st = steps[i]
             j = i
             while j < len(steps) and self._native(steps[j], st.backend):
                 j += 1
             if j > i:  # a run of C-kernel steps (CPU): one native program, or the steps one by one if it declines
-                fn = st.backend.native_program(steps[i:j], sole_reader)
+                fn = st.backend.native_program(steps[i:j], self._read_once)
                 prog += [fn] if fn is not None else steps[i:j]
                 i = j
                 continue
@@ -272,10 +272,6 @@ class Session:
             i = j
         self._program = prog
         self._program_noio = [p for p in prog if not getattr(p, "io", False)]
-
-    def _sole_reader(self, steps: list[BoundStep]) -> set[str]:
-        returned = set(self.graph.outputs) | {self._out_map.get(t, t) for t in self.graph.outputs}
-        return read_once([st.inputs for st in steps], returned)
 
     @staticmethod
     def _native(st: BoundStep, backend) -> bool:

@@ -192,15 +192,14 @@ def gemv(x, wp, y, bias, has_bias: bool, act: int) -> list[list[int]]:
     return [[GEMV, _addr(x), _addr(wp), _addr(y), _addr(bias) if has_bias else 0, k, n, act]]
 
 
-def fuse_products_into_depthwise(records: list[list[int]], owners: list, sole_reader: set[str],
-                                  min_bytes: int | None = None) -> tuple[list[list[int]], list]:
+def fuse_products_into_depthwise(records: list[list[int]], owners: list,
+                                  sole_reader: set[str]) -> tuple[list[list[int]], list]:
     """Each product record (a 1×1 convolution) followed by the 3×3 depthwise record that reads its output, where that
     output is read by nothing else (``sole_reader``: the tensors one step alone reads and the graph does not return),
-    holds at least ``min_bytes`` and the depthwise output does not overlap the product's input, becomes one
+    holds at least :data:`FUSE_MIN_BYTES` and the depthwise output does not overlap the product's input, becomes one
     ``GEMM_DWCONV`` record (``csrc/program.c``): the product's rows computed band by band just before the depthwise
     convolution reads them, in the core's L2. The fused record's owner is the depthwise step (the product's step then
     has no record: a step clock gives it no time of its own). Returns the new records and owners."""
-    min_bytes = FUSE_MIN_BYTES if min_bytes is None else min_bytes
     out, own, i = [], [], 0
     while i < len(records):
         r = records[i]
@@ -210,7 +209,7 @@ def fuse_products_into_depthwise(records: list[list[int]], owners: list, sole_re
             m, n, k, a, lda, bp, y, ldy, bias, res, act = r[1:12]
             x, yd, w9, dbias, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, dact, rows = d[1:18]
             ok = (y == x and ldy == n == c and not res and rows == oh and m == h * wd and dh == dw == 1
-                  and m * n * 4 >= min_bytes and len(owners[i].outputs) == 1
+                  and m * n * 4 >= FUSE_MIN_BYTES and len(owners[i].outputs) == 1
                   and owners[i].outputs[0] in sole_reader and owners[i + 1].inputs[0] == owners[i].outputs[0]
                   and (yd + oh * ow * c * 4 <= a or a + m * lda * 4 <= yd))
             if ok:
