@@ -201,14 +201,15 @@ class Session:
         nbytes = {t: int(np.prod(shapes[t], dtype=np.int64)) * store[t].itemsize for t in store}
         self.memory, self._views = {}, {}
         outputs = [self._out_map.get(t, t) for t in g.outputs]
-        # tensors a backend will read later than their step's position says (a step fused with the next: the CPU's
-        # 1x1 convolution run in bands inside the depthwise convolution after it reads its input until that one ends)
+        # a step fused with the next (CPUBackend.fusion) reads its input until that one ends and never stores its
+        # output: that one lives outside the arena, in pages only a step-by-step run touches
         returned = set(g.outputs) | set(outputs)
-        self._read_once, later = read_once([st.inputs for st in steps], returned), {}
+        self._read_once, later, unstored = read_once([st.inputs for st in steps], returned), {}, {}
         for prev, st in zip(steps, steps[1:]):
-            keeps = getattr(st.backend, "fusion_keeps", None)
-            if keeps is not None:
-                later[st.name] = [t for t in keeps(prev, st, self._read_once, nbytes) if t not in st.inputs]
+            if getattr(st.backend, "fusion", None) is not None:
+                keep, never = st.backend.fusion(prev, st, self._read_once, nbytes)
+                later[st.name] = [t for t in keep if t not in st.inputs]
+                unstored.update((t, st.backend) for t in never)
         for dom in sorted(set(domain.values())):
             plan_steps = []
             for st in steps:
@@ -218,8 +219,9 @@ class Session:
                 inplace = {}
                 if mine and st.name in cand and ex is not None and not ex.alias:
                     inplace = {st.outputs[0]: tuple(st.inputs[i] for i in cand[st.name])}
-                plan_steps.append(Step(st.name, [t for t in st.inputs + later.get(st.name, []) if domain.get(t) == dom],
-                                       [t for t in st.outputs if domain[t] == dom],
+                plan_steps.append(Step(st.name, [t for t in st.inputs + later.get(st.name, [])
+                                                 if domain.get(t) == dom and t not in unstored],
+                                       [t for t in st.outputs if domain[t] == dom and t not in unstored],
                                        list(ex.scratch) if mine and ex is not None else [], aliases, inplace))
             sizes = {t: n for t, n in nbytes.items() if domain[t] == dom}
             plan = plan_memory(plan_steps, sizes, [t for t in g.inputs if domain[t] == dom],
@@ -236,6 +238,8 @@ class Session:
                     st.scratch_views = [arena[plan.scratch_offsets[(st.name, i)]:
                                               plan.scratch_offsets[(st.name, i)] + n]
                                         for i, n in enumerate(st.execution.scratch) if n]
+        for t, backend in unstored.items():
+            self._views[t] = backend.view(backend.acquire(nbytes[t]), 0, shapes[t], store[t])
         for st in steps:
             st.in_views = [g.constants[t] if t in g.constants else self._views[t] for t in st.inputs]
             st.out_views = [self._views[t] for t in st.outputs]

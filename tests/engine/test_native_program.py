@@ -518,6 +518,31 @@ def test_a_product_fused_into_the_depthwise_convolution_after_it_gives_the_same_
 
 
 @needs_program
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fused_product_output_stays_out_of_the_arena_and_a_step_by_step_run_still_has_it(rng, monkeypatch, threads):
+    """The fused pair never stores the product's output, so the memory plan leaves it out (Session._bind): the arena
+    shrinks by about that tensor, and the tensor gets pages of its own, which the fused program never touches but a
+    step-by-step run (the per-op profile) writes and reads: both give the unfused program's bits."""
+    monkeypatch.setattr(native, "FUSE_MIN_BYTES", 0)
+    g = _expand_depthwise(rng, 24, 20, 16, 96, 2, "same")
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    plain = Session(g, backends=(CPUBackend(threads=threads, fuse=False),)).resize()
+    fused = Session(g, backends=(CPUBackend(threads=threads),)).resize()
+    assert _fused_records(fused) == 1
+    expansion = next(st for st in fused.steps if st.op == "depthwise_conv2d").inputs[0]
+    assert expansion in plain.memory["host"].offsets and expansion not in fused.memory["host"].offsets
+    saved = plain.memory["host"].arena_bytes - fused.memory["host"].arena_bytes
+    assert saved >= 0.9 * fused._views[expansion].nbytes, (saved, fused._views[expansion].nbytes)
+    want = plain.run({"x": x})[g.outputs[0]].copy()
+    assert np.array_equal(fused.run({"x": x})[g.outputs[0]], want)
+    fused._views[expansion][...] = np.nan  # whatever the side pages hold, a fused run never reads them
+    assert np.array_equal(fused.run({"x": x})[g.outputs[0]], want)
+    fused.profile({"x": x}, runs=2)  # each step on its own: the product writes its output, the depthwise reads it
+    assert np.isfinite(fused._views[expansion]).all()
+    assert np.array_equal(fused.run({"x": x})[g.outputs[0]], want)
+
+
+@needs_program
 def test_a_product_read_by_another_step_or_too_small_is_not_fused(rng, monkeypatch):
     """The fusion never computes a tensor another step reads: the expansion's output added to the depthwise output stays
     a product of its own; under FUSE_MIN_BYTES (what fits L2) nothing fuses; at 0 the same graph without the add does."""
