@@ -1,5 +1,6 @@
 """TFLite models converted from Keras run on the engine with the interpreter's outputs (1e-4)."""
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -158,3 +159,27 @@ def test_the_segment_benchmark_times_both_runtimes_on_every_prefix(zoo, tmp_path
     assert sum(float(r[7]) for r in rows) == pytest.approx(whole_engine, abs=2e-3)
     with pytest.raises(SystemExit):
         seg.main(["--model", str(tmp_path / "missing.tflite")])
+
+
+def test_the_cache_decay_benchmark_times_both_runtimes_after_every_gap(zoo, tmp_path, capsys):
+    """benchmarks/bench_cache_decay.py: one row per runtime, the time with no gap and, per gap, the time and its
+    difference; a gap it cannot read is refused."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decay", ROOT / "benchmarks" / "bench_cache_decay.py")
+    decay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decay)
+    path = tmp_path / "convnet.tflite"
+    path.write_bytes(zoo["convnet"][0])
+    t0 = time.perf_counter()
+    decay.busy_wait(20)
+    assert time.perf_counter() - t0 >= 0.02
+    assert decay.main(["--model", str(path), "--gaps", "0,2", "--rounds", "2"]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()
+            if line.split() and line.split()[0] in ("tflite", "engine")}
+    assert set(rows) == {"tflite", "engine"}
+    for cells in rows.values():
+        base, after, extra = (float(v) for v in cells)
+        assert base > 0 and after > 0 and extra == pytest.approx(after - base, abs=0.011)
+    with pytest.raises(SystemExit):
+        decay.main(["--model", str(path), "--gaps", "0,soon"])
