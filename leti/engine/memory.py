@@ -59,6 +59,30 @@ class MemoryPlan:
                 f"{self.lower_bound_bytes:,} B; {self.num_buffers} buffers, {len(self.inplace)} in-place)")
 
 
+#: orders in which buffers (size, start, stop, key) are placed; the plan keeps the smallest arena (the first on ties)
+PLACEMENT_ORDERS = (lambda b: (-b[0], b[1]), lambda b: (b[1], -b[0]), lambda b: (-b[0] * (b[2] - b[1] + 1), b[1]),
+                    lambda b: (-(b[2] - b[1]), -b[0]))
+
+
+def _place(bufs: list[tuple], order, best: bool) -> tuple[int, dict]:
+    """Each buffer in ``order`` at the lowest offset (``best``: the tightest gap) free for its lifetime among those
+    placed before it; returns the arena's size and the offsets."""
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, stop)
+    where: dict = {}
+    for size, start, stop, key in sorted(bufs, key=order):
+        busy = sorted((o, sz) for o, sz, a, z in placed if a <= stop and start <= z)
+        off, choice = 0, None
+        for o, sz in busy:
+            if o - off >= size and (not best or choice is None or o - off < choice[1]):
+                choice = (off, o - off)
+                if not best:
+                    break
+            off = max(off, o + sz)
+        placed.append((choice[0] if choice else off, size, start, stop))
+        where[key] = placed[-1][0]
+    return max((o + sz for o, sz, _, _ in placed), default=0), where
+
+
 def plan_memory(steps: list[Step], sizes: dict[str, int], inputs: list[str], outputs: list[str]) -> MemoryPlan:
     """Assign every non-constant tensor in ``sizes`` an arena offset (see the module docstring)."""
     end = len(steps)
@@ -112,18 +136,8 @@ def plan_memory(steps: list[Step], sizes: dict[str, int], inputs: list[str], out
             if nbytes:
                 bufs.append((_align(nbytes), s, s, ("s", st.name, i)))
 
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, stop)
-    where: dict = {}
-    for size, start, stop, key in sorted(bufs, key=lambda b: (-b[0], b[1])):
-        busy = sorted((o, sz) for o, sz, a, z in placed if a <= stop and start <= z)
-        off = 0
-        for o, sz in busy:
-            if off + size <= o:
-                break
-            off = max(off, o + sz)
-        placed.append((off, size, start, stop))
-        where[key] = off
-    arena = max((o + sz for o, sz, _, _ in placed), default=0)
+    arena, where = min((_place(bufs, order, best) for order in PLACEMENT_ORDERS for best in (False, True)),
+                       key=lambda aw: aw[0])
     live_peak = 0
     for s in range(end + 1):
         live_peak = max(live_peak, sum(sz for sz, a, z, _ in bufs if a <= s <= z))

@@ -540,6 +540,12 @@ def test_a_fused_product_output_stays_out_of_the_arena_and_a_step_by_step_run_st
     fused.profile({"x": x}, runs=2)  # each step on its own: the product writes its output, the depthwise reads it
     assert np.isfinite(fused._views[expansion]).all()
     assert np.array_equal(fused.run({"x": x})[g.outputs[0]], want)
+    # a 3x3 convolution before a depthwise one (a stem) is no product: its output stays in the arena, as it is stored
+    c = _Chain((1, 24, 20, 3), rng)
+    stem = c.add("conv2d", [c.w(3, 3, 3, 32), c.w(32)], strides=[2, 2], padding="same", activation="relu6")
+    c.add("depthwise_conv2d", [c.w(3, 3, 32), c.w(32)], padding="same", activation="relu6")
+    s = Session(c.graph(), backends=(CPUBackend(threads=threads),)).resize()
+    assert stem in s.memory["host"].offsets and _fused_records(s) == 0
 
 
 @needs_program

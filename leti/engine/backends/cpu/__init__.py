@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 from leti.engine.backends.base import BACKENDS, Backend, executions_of  # noqa: E402
 from leti.engine.backends.cpu import basic, conv, elementwise  # noqa: E402,F401  (they register the executions)
 from leti.engine.backends.cpu import ckernels, native  # noqa: E402
+from leti.engine.ops._common import pair  # noqa: E402
 
 _blas_lock = threading.Lock()
 _blas_users = 0
@@ -107,11 +108,24 @@ class CPUBackend(Backend):
         convolution writes; without it the plan may give the depthwise output the input's space, and the pair cannot
         fuse) and the tensors the pair never stores (the product's output, computed band by band into a thread's
         buffer). The session keeps the latter out of the arena (``Session._bind``): MobileNet v1's arena 6.2 → 3.8 MB."""
-        if (not self.options.get("fuse", True) or prev.backend is not self or st.op != "depthwise_conv2d"
-                or prev.op != "conv2d" or not prev.inputs or prev.outputs[0] != st.inputs[0]
-                or st.inputs[0] not in sole_reader or nbytes.get(st.inputs[0], 0) < native.FUSE_MIN_BYTES):
+        if (not self.options.get("fuse", True) or prev.backend is not self or st.backend is not self
+                or st.op != "depthwise_conv2d" or prev.op != "conv2d" or not prev.inputs
+                or prev.outputs[0] != st.inputs[0] or st.inputs[0] not in sole_reader
+                or nbytes.get(st.inputs[0], 0) < native.FUSE_MIN_BYTES or not self._fusible(prev, st)):
             return [], []
         return [prev.inputs[0]], [prev.outputs[0]]
+
+    @staticmethod
+    def _fusible(prev, st) -> bool:
+        """Whether the pair's native records are the ones native.fuse_products_into_depthwise fuses: one product (a
+        1×1 convolution's ``gemm`` scheme, no residual, one image) and one 3×3 depthwise convolution of multiplier 1
+        and dilation 1 (csrc/dwconv.c) over its output."""
+        if ckernels.library() is None or prev.scheme is None or st.ctx is None or prev.ctx is None:
+            return False
+        w = st.ctx.constants.get(1)
+        return (prev.scheme.name == "gemm" and not prev.scheme.params.get("depth") and len(prev.inputs) <= 3
+                and prev.ctx.in_shapes[0][0] == 1 and w is not None and tuple(w.shape[:2]) == (3, 3)
+                and int(st.ctx.attrs.get("multiplier", 1)) == 1 and tuple(pair(st.ctx.attrs.get("dilations"), 1)) == (1, 1))
 
     def close(self) -> None:
         """Give up this backend's hold on the BLAS limit (restored when no CPU backend holds it)."""
