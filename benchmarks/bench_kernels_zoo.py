@@ -41,8 +41,11 @@ def reference_cpu_ms(path: Path, runs: int = 300) -> float:
     return median_invoke_ms(Interpreter(model_path=str(path), num_threads=1), runs, 20, clock=time.thread_time)
 
 
-def measured_latency(dataset: Path, zoo: Path, scale: str) -> tuple[pd.Series, str]:
-    """Each model's latency: ``--scale cpu-reference`` takes its paired ratio to the campaign's reference model
+def measured_latency(dataset: Path, zoo: Path, scale: str, reference_ms: float | None = None) -> tuple[pd.Series, str]:
+    """Each model's latency: with ``--reference-ms`` its paired ratio to the campaign's reference model times that
+    time (the reference's latency in another campaign, e.g. the one timed right after the predictor's store: the
+    zoo then is on that campaign's scale, whatever the host's speed did since); ``--scale cpu-reference`` takes its
+    paired ratio to the campaign's reference model
     times the reference's CPU-clock latency measured now; ``--scale corrected`` the export's ``corrected_ms``
     (ratio × the reference's median latency over the campaign, in the campaign's clock: on a wall-clock campaign
     a loaded host inflates it). ``auto`` (the default): ``corrected`` when the campaign timed by the CPU clock
@@ -52,6 +55,10 @@ def measured_latency(dataset: Path, zoo: Path, scale: str) -> tuple[pd.Series, s
     side = json.loads(dataset.with_suffix(".device.json").read_text()) if dataset.with_suffix(
         ".device.json").is_file() else {}
     ref_model = side.get("reference_model")
+    if reference_ms is not None:
+        return (df.groupby("model")["ratio"].median() * reference_ms,
+                f"paired ratio x reference {ref_model} at {reference_ms:.4f} ms (given; its median in this campaign: "
+                f"{df.ref_ms.median():.4f} ms)")
     if scale == "auto":
         scale = "corrected" if (side.get("protocol") or {}).get("clock") == "cpu" else "cpu-reference"
     if scale == "cpu-reference" and "ratio" in df and ref_model and (zoo / ref_model).is_file():
@@ -101,7 +108,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", choices=("auto", "cpu-reference", "corrected"), default="auto",
                     help="how the measured ratios become ms (see measured_latency); auto: corrected for a CPU-clock "
                          "campaign, else cpu-reference")
+    ap.add_argument("--reference-ms", type=float, default=None,
+                    help="take each model's paired ratio times this reference latency (overrides --scale)")
     args = ap.parse_args(argv)
+    if args.reference_ms is not None and not args.reference_ms > 0:
+        ap.error(f"--reference-ms must be a positive number of milliseconds, not {args.reference_ms}")
 
     import leti
     from leti.errors import LetiError
@@ -110,7 +121,7 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     kp = load_kernel_predictor(args.predictor)
-    truth, how = measured_latency(args.dataset, args.zoo, args.scale)
+    truth, how = measured_latency(args.dataset, args.zoo, args.scale, args.reference_ms)
     manifest = pd.read_parquet(args.zoo / "zoo.parquet").set_index("model")
     rows, refused = [], []
     for model, ms in truth.items():

@@ -196,6 +196,10 @@ def test_zoo_benchmark_scale_follows_the_campaign_clock(tmp_path):
     # a CPU-clock campaign: corrected_ms is on the kernels' scale already (the reference is not re-timed)
     assert ms.to_dict() == {"a.tflite": pytest.approx(2.4), "b.tflite": pytest.approx(8.0)}
     assert how == "the export's corrected_ms (cpu clock campaign)"
+    # --reference-ms: the ratios on another campaign's reference time
+    ms, how = bench.measured_latency(data, tmp_path, "auto", reference_ms=5.0)
+    assert ms.to_dict() == {"a.tflite": pytest.approx(3.0), "b.tflite": pytest.approx(10.0)}
+    assert "5.0000 ms (given" in how and "4.0000 ms" in how
     # the dev/test split: fixed by the file name, about 30 % dev
     names = [f"m{i}.tflite" for i in range(400)]
     split = [bench.zoo_split(n) for n in names]
