@@ -21,9 +21,11 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+from bench_engine_segments import both_runtimes  # noqa: E402
 
 
 def busy_wait(ms: float) -> None:
@@ -34,12 +36,6 @@ def busy_wait(ms: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ai_edge_litert.interpreter import Interpreter
-
-    from leti.engine.backends.cpu import CPUBackend
-    from leti.engine.convert.from_tflite import from_tflite
-    from leti.engine.session import Session
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, required=True, help="a float .tflite model")
     ap.add_argument("--threads", type=int, default=1)
@@ -52,15 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         gaps = [float(g) for g in args.gaps.split(",")]
     except ValueError:
         ap.error(f"--gaps takes comma-separated milliseconds, not {args.gaps!r}")
-    data = args.model.read_bytes()
-    it = Interpreter(model_content=data, num_threads=args.threads)
-    it.allocate_tensors()
-    inp = it.get_input_details()[0]
-    x = np.random.default_rng(0).standard_normal(inp["shape"]).astype(np.float32)
-    it.set_tensor(inp["index"], x)
-    s = Session(from_tflite(data), backends=[CPUBackend(threads=args.threads)]).resize()
-    s.run(x)
-    runs = {"tflite": it.invoke, "engine": lambda: s.run(copy=False)}
+    runs = dict(zip(("tflite", "engine"), both_runtimes(args.model.read_bytes(), args.threads)))
     times = {(r, g): [] for r in runs for g in gaps}
     print(f"{args.model.name}: {args.threads} thread(s), {args.rounds} rounds; load average {os.getloadavg()[0]:.2f}",
           flush=True)

@@ -26,13 +26,26 @@ import numpy as np  # noqa: E402
 from profile_tflite_prefix import operator_count, prefix_tflite  # noqa: E402,F401  (operator_count: also the tests')
 
 
-def main(argv: list[str] | None = None) -> int:
+def both_runtimes(data: bytes, threads: int):
+    """A TFLite interpreter and an engine session of the same ``.tflite`` bytes, each fed the same random input and run
+    once: ``(tflite's invoke, the engine's run)``, each a call of no arguments that runs the model again."""
     from ai_edge_litert.interpreter import Interpreter
 
     from leti.engine.backends.cpu import CPUBackend
     from leti.engine.convert.from_tflite import from_tflite
     from leti.engine.session import Session
 
+    it = Interpreter(model_content=data, num_threads=threads)
+    it.allocate_tensors()
+    inp = it.get_input_details()[0]
+    x = np.random.default_rng(0).standard_normal(inp["shape"]).astype(np.float32)
+    it.set_tensor(inp["index"], x)
+    s = Session(from_tflite(data), backends=[CPUBackend(threads=threads)]).resize()
+    s.run(x)
+    return it.invoke, lambda: s.run(copy=False)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, required=True, help="a float .tflite model")
     ap.add_argument("--threads", type=int, default=1)
@@ -46,15 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     cuts = sorted(set(list(range(args.step, n, args.step)) + [n]))
     arms = []
     for k in cuts:
-        d = data if k == n else prefix_tflite(data, k)
-        it = Interpreter(model_content=d, num_threads=args.threads)
-        it.allocate_tensors()
-        inp = it.get_input_details()[0]
-        x = np.random.default_rng(0).standard_normal(inp["shape"]).astype(np.float32)
-        it.set_tensor(inp["index"], x)
-        s = Session(from_tflite(d), backends=[CPUBackend(threads=args.threads)]).resize()
-        s.run(x)
-        arms.append((k, it.invoke, lambda s=s: s.run(copy=False)))
+        arms.append((k, *both_runtimes(data if k == n else prefix_tflite(data, k), args.threads)))
     times = {(k, r): [] for k, _, _ in arms for r in ("tflite", "engine")}
     print(f"{args.model.name}: {n} operators, cuts {cuts}, {args.threads} thread(s), {args.rounds} rounds; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
