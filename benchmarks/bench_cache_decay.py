@@ -63,9 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                 times[(name, g)].append(time.perf_counter() - t0)
     print(f"{'runtime':>8} " + " ".join(f"{'after %g ms' % g:>13}" for g in gaps) + "   (ms, medians; + over no gap)")
     for name in runs:
-        base = float(np.median(times[(name, gaps[0])])) * 1e3
-        cells = [f"{base:13.3f}"] + [f"{float(np.median(times[(name, g)])) * 1e3:7.3f} {float(np.median(times[(name, g)])) * 1e3 - base:+5.2f}"
-                                     for g in gaps[1:]]
+        ms = [float(np.median(times[(name, g)])) * 1e3 for g in gaps]
+        cells = [f"{ms[0]:13.3f}"] + [f"{m:7.3f} {m - ms[0]:+5.2f}" for m in ms[1:]]
         print(f"{name:>8} " + " ".join(cells))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
