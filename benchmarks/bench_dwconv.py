@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from leti.engine.backends.cpu.ckernels import dw3x3_weights
+
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "leti/engine/backends/cpu/csrc"
 #: (map, channels, stride): MobileNet v2's depthwise shapes at 224, then v1's that v2 does not have
@@ -80,8 +82,10 @@ def main() -> None:
                 hh = h if pad else h + 2
                 oh = (h - 1) // s + 1
                 x = aligned(rng.random((1, hh, hh, c), dtype=np.float32))
-                w = aligned(rng.random((9, c), dtype=np.float32))
                 b = aligned(rng.random(c, dtype=np.float32))
+                # the taps, then their packed copy (ckernels.dw3x3_weights); a revision before the packed path reads
+                # the first 9 c floats only
+                w = aligned(dw3x3_weights(rng.random((9, c), dtype=np.float32), b))
                 ys = [aligned(np.full((1, oh, oh, c), np.nan, np.float32)) for _ in libs]
                 calls = [(x.ctypes.data, y.ctypes.data, w.ctypes.data, b.ctypes.data, hh, hh, c, oh, oh, s, s, 1, 1,
                           pad, pad, 2, 0, oh) for y in ys]

@@ -197,6 +197,11 @@ def _dw_ref(x, w, b, stride, dil, pads, out_hw, act):
     (1, 5, 1, 8, (1, 1), (1, 1), (1, 1)),     # one column: windows clipped on both sides (the tap-by-tap path)
     (1, 4, 9, 1024, (1, 1), (1, 1), (1, 1)),  # pixels 4 KiB apart: strips over two channel blocks at a time
     (1, 3, 10, 256, (1, 1), (1, 1), (1, 1)),  # 1 KiB apart: two blocks at a time too
+    # the AVX-512 pixel-at-a-time path over packed weights (whole 32-channel blocks, 256 and more at stride 1, 128 at 2):
+    (1, 5, 6, 544, (1, 1), (1, 1), (1, 1)),   # two chunks of unequal size (288 + 256 channels)
+    (2, 7, 8, 160, (2, 2), (1, 1), (0, 0)),   # stride 2, two images
+    (1, 9, 9, 512, (1, 1), (2, 2), (2, 2)),   # dilation 2, two chunks
+    (1, 6, 5, 320, (2, 1), (1, 1), (1, 0)),   # unequal strides and pads
 ])
 def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride, dil, pads):
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
@@ -207,8 +212,41 @@ def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride
     w = rng.standard_normal((3, 3, c)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
     y = np.full((nb, oh, ow, c), np.nan, np.float32)
-    depthwise3x3_leti(x, np.ascontiguousarray(w.reshape(9, c)), b, True, y, sh, sw, dh, dw, pt, pl, act, threads)
+    depthwise3x3_leti(x, ckernels.dw3x3_weights(w.reshape(9, c), b), b, True, y, sh, sw, dh, dw, pt, pl, act, threads)
     assert rel_err(y, _dw_ref(x, w, b, stride, dil, pads, (oh, ow), act)) < TOL
+
+
+@needs_leti
+@pytest.mark.parametrize("c, stride", [(512, (1, 1)), (544, (1, 1)), (160, (2, 2)), (128, (2, 1))])
+def test_depthwise3x3_packed_path_gives_the_strips_sums(rng, c, stride):
+    """The pixel-at-a-time path over packed weights (csrc/dwconv.c, dw_pixels_packed) against the kernel with it turned
+    off, on the same weights: the same values (within rounding where the unpacked code sums its taps in another order),
+    no bias (the packed zeros) and a bias alike."""
+    from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
+
+    if not ckernels.set_avx512(None):
+        pytest.skip("the packed path is AVX-512 code; this CPU runs the AVX2 kernels only")
+    (sh, sw) = stride
+    h, wd = 9, 11
+    oh, ow = (h + 2 - 3) // sh + 1, (wd + 2 - 3) // sw + 1
+    x = rng.standard_normal((1, h, wd, c)).astype(np.float32)
+    w = rng.standard_normal((3, 3, c)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    for bias in (None, b):
+        wts = ckernels.dw3x3_weights(w.reshape(9, c), bias)
+        ys = []
+        for packed in (True, False):
+            old = ckernels.set_dw_packed(packed)
+            try:
+                y = np.full((1, oh, ow, c), np.nan, np.float32)
+                depthwise3x3_leti(x, wts, b, bias is not None, y, sh, sw, 1, 1, 1, 1, 2, 1)
+            finally:
+                ckernels.set_dw_packed(old)
+            ys.append(y)
+        assert not np.isnan(ys[0]).any()
+        np.testing.assert_allclose(ys[0], ys[1], rtol=1e-5, atol=1e-5)
+        ref = _dw_ref(x, w, b if bias is not None else np.zeros(c, np.float32), stride, (1, 1), (1, 1), (oh, ow), 2)
+        assert rel_err(ys[0], ref) < TOL
 
 
 def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):

@@ -51,7 +51,7 @@ SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", 
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
            "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
-           "leti_set_panel_rows", "leti_set_fuse_band_kb")
+           "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -62,7 +62,8 @@ ALIGN = 32
 _p = types.intp
 #: ``leti_sgemm(m, n, k, a, lda, b_packed, y, ldy, bias_or_0, residual_or_0, act)``; pointers travel as integers
 sgemm = types.ExternalFunction("leti_sgemm", types.void(*([_p] * 11)))
-#: ``leti_dwconv3x3(x, y, w9, bias_or_0, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, act, r0, r1)``
+#: ``leti_dwconv3x3(x, y, w, bias_or_0, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, act, r0, r1)``, ``w`` as
+#: :func:`dw3x3_weights` lays it out
 dwconv3x3 = types.ExternalFunction("leti_dwconv3x3", types.void(*([_p] * 18)))
 #: ``leti_conv_window(xp, wp, ci, groups, kh, kw, sh, sw, b_packed, co, y, ow, bias_or_0, residual_or_0, act, r0, r1)``
 conv_window = types.ExternalFunction("leti_conv_window", types.void(*([_p] * 17)))
@@ -187,6 +188,13 @@ def set_fuse_band_kb(kb: int | None) -> int:
     that reads it (``csrc/program.c``, ``STEP_GEMM_DWCONV``; 0: the product whole, then the depthwise convolution);
     ``None`` only asks. Returns the value in force."""
     return int(_setting("leti_set_fuse_band_kb", -1 if kb is None else int(kb)))
+
+
+def set_dw_packed(on: bool | None) -> bool:
+    """Ask for the 3×3 depthwise kernel's pixel-at-a-time path over packed weights (``csrc/dwconv.c``: AVX-512, whole
+    32-channel blocks, from 256 channels at stride 1 and 128 at stride 2; the default) or for the strips over the taps
+    as laid out; ``None`` only asks."""
+    return _flag("leti_set_dw_packed", on)
 
 
 def set_weights_split(percent: int | None) -> int:
@@ -325,6 +333,24 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     """A C-contiguous float32 copy of ``a``, 32-byte aligned, from huge pages when large (weights a kernel streams)."""
     out = _aligned(tuple(a.shape))
     out[...] = a
+    return out
+
+
+def dw3x3_weights(w9: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """The weights ``leti_dwconv3x3`` reads for a 3×3 depthwise convolution of ``c`` channels: ``w9`` (9 × c, the taps
+    row by row), then the same packed per block of 32 channels (the last one shorter where ``c`` is not a multiple): the
+    block's bias (zeros if ``None``), then its nine taps (``csrc/dwconv.c``, ``dw_pixels_packed``, which reads them
+    where ``c`` is a multiple of 32). 19 c floats, 64-byte aligned."""
+    w9 = np.asarray(w9, dtype=np.float32)
+    c = w9.shape[1]
+    out = np.empty(19 * c + 16, np.float32)
+    out = out[(-out.ctypes.data % 64) // 4:][:19 * c]
+    out[:9 * c] = w9.ravel()
+    b = np.zeros(c, np.float32) if bias is None else np.asarray(bias, np.float32)
+    for c0 in range(0, c, 32):
+        bw = min(32, c - c0)
+        block = out[9 * c + 10 * c0:9 * c + 10 * c0 + 10 * bw].reshape(10, bw)
+        block[0], block[1:] = b[c0:c0 + bw], w9[:, c0:c0 + bw]
     return out
 
 

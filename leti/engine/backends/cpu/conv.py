@@ -279,7 +279,7 @@ def depthwise_conv2d(ctx: OpContext, be) -> Execution | None:
     kh, kw = w.shape[:2]
     _, oh, ow, _ = ctx.out_shapes[0]
     if (kh, kw, mult) == (3, 3, 1) and ckernels.library() is not None:
-        w9 = np.ascontiguousarray(w.reshape(9, c))
+        w9 = ckernels.dw3x3_weights(w.reshape(9, c), bias if has_bias else None)
 
         def run_leti(ins, outs, scratch):
             depthwise3x3_leti(ins[0], w9, bias, has_bias, outs[0], sh, sw, dh, dw, pads[0], pads[2], act,

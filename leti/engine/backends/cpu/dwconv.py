@@ -28,8 +28,8 @@ ckernels.library()  # loaded before numba links depthwise3x3_leti (see gemm.py)
 
 @njit(parallel=True, cache=True)
 def depthwise3x3_leti(x, w9, bias, has_bias, y, sh, sw, dh, dw, pt, pl, act, threads):
-    """``x`` (N, H, W, C), ``w9`` (9, C) the taps row by row, ``y`` (N, OH, OW, C): the C kernel over
-    contiguous blocks of output rows, one per thread."""
+    """``x`` (N, H, W, C), ``w9`` the taps as :func:`ckernels.dw3x3_weights` lays them out, ``y`` (N, OH, OW, C):
+    the C kernel over contiguous blocks of output rows, one per thread."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     rows = nb * oh

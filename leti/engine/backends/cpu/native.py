@@ -51,7 +51,8 @@ def gemm(a, bp, y, bias, has_bias: bool, act: int, res=None) -> list[list[int]]:
 
 
 def dwconv3x3(x, w9, bias, has_bias: bool, y, sh, sw, dh, dw, pt, pl, act) -> list[list[int]]:
-    """The 3×3 depthwise convolution of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C), ``w9`` (9, C)."""
+    """The 3×3 depthwise convolution of ``x`` (N, H, W, C) into ``y`` (N, OH, OW, C), ``w9`` as
+    :func:`ckernels.dw3x3_weights` lays it out."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     return [[DWCONV, _addr(x), _addr(y), _addr(w9), _addr(bias) if has_bias else 0, h, wd, c, oh, ow, sh, sw, dh, dw,

@@ -68,6 +68,77 @@ int64_t leti_set_avx512(int64_t on); /* gemm.c: whether the AVX-512 kernels are 
 #define DW_TARGET AVX512
 #include "dwconv_impl.h"
 
+/* ---- One pixel at a time over packed weights (AVX-512, session 43) ----------------------------------------------
+ * The strips above walk the channel blocks of four pixels with the taps' weights read from w9 (9 x c, a tap every c
+ * floats). With large pixels (256 channels and more: 1 KiB and up) a strip's lines of input, weights and output come
+ * to ~62 KB per sweep of the channels at 512 channels, more than the 48 KB L1: they are evicted before the next strip
+ * wants them (14 x 14 x 512 at stride 1 ran ~29 us in MobileNet v1 where XNNPACK takes ~22). Here, as in XNNPACK's
+ * depthwise micro-kernels, each output pixel is done for a chunk of at most DWP_CHUNK channels (equal chunks of whole
+ * 32-channel blocks) with its nine input pixels (pointers; a tap outside the input reads zeros) and the chunk's
+ * weights packed block by block after w9 (ckernels.dw3x3_weights: per 32 channels the bias, then the nine taps, 40
+ * lines in a row): at most ~30 KB of weights and inputs per pixel, in L1 for the next pixel, which shares six of the
+ * nine input pixels. Per 32 channels: eighteen FMAs from twenty weight and eighteen input loads, two stores. Each sum
+ * is the strips' (the bias, then the taps row by row), a border tap adding 0 x w.
+ * Paired in one process against the strips (one thread, warm, 64-byte aligned, Zen 5; the two runs of the chunk's
+ * final form): stride 1 14 x 14 x 512 0.80-0.91x the time, 28 x 28 x 256 0.81-0.83, 14 x 14 x 384 0.93, 14 x 14 x 576
+ * 0.88-0.89, 7 x 7 x 1024 0.71-0.73, 7 x 7 x 960 0.76; stride 2 14 x 14 x 512 0.80-0.82, 28 x 28 x 256 0.84-0.85,
+ * 56 x 56 x 128 0.93-0.95, 28 x 28 x 192 0.95-1.02, 112 x 112 x 96 0.98-1.03. Not taken: stride 1 below 256 channels
+ * (56 x 56 x 128 0.99-1.06), stride 2 below 128 (112 x 112 x 64 1.04) or with a half block (56 x 56 x 144 1.09-1.19).
+ * ckernels.set_dw_packed(False) turns it off. */
+#define DWP_CHUNK 384
+#define DWP_MIN_C 256
+#define DWP_MIN_C_STRIDED 128
+static const float dwp_zero[DWP_CHUNK] __attribute__((aligned(64)));
+static int dw_packed = 1;
+
+/* the packed path on (1) or off (0), or only ask (< 0) */
+int64_t leti_set_dw_packed(int64_t on) {
+    if (on >= 0) dw_packed = (int)on;
+    return dw_packed;
+}
+
+/* whether leti_dwconv3x3 runs a convolution of c channels at these strides from the packed weights */
+static int dw_takes_packed(int64_t c, int64_t sh, int64_t sw) {
+    return dw_packed && c % 32 == 0 && c >= (sh > 1 || sw > 1 ? DWP_MIN_C_STRIDED : DWP_MIN_C) && leti_set_avx512(-1);
+}
+
+static AVX512 void dw_pixels_packed(const float *x, int64_t x_row0, float *y, const float *wp, int64_t h, int64_t wd,
+                                    int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                                    int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1) {
+    /* chunks of equal size, whole 32-channel blocks, at most DWP_CHUNK (384: 2 x 192, not 256 + 128) */
+    const int64_t parts = (c + DWP_CHUNK - 1) / DWP_CHUNK, chunk = ((c + parts - 1) / parts + 31) / 32 * 32;
+    for (int64_t r = r0; r < r1; ++r) {
+        int64_t n = r / oh, iy = (r % oh) * sh - pt;
+        const float *xi = x + n * h * wd * c;
+        float *yr = y + r * ow * c;
+        for (int64_t c0 = 0; c0 < c; c0 += chunk) {
+            int64_t c1 = c - c0 < chunk ? c : c0 + chunk;
+            for (int64_t xo = 0; xo < ow; ++xo) {
+                const float *in[9];
+                int64_t ix = xo * sw - pl;
+                for (int i = 0; i < 3; ++i)
+                    for (int j = 0; j < 3; ++j) {
+                        int64_t yy = iy + i * dh, xx = ix + j * dw;
+                        in[i * 3 + j] = yy < 0 || yy >= h || xx < 0 || xx >= wd ? dwp_zero - c0
+                                                                                 : xi + ((yy - x_row0) * wd + xx) * c;
+                    }
+                float *o = yr + xo * c;
+                const float *w = wp + 10 * c0;
+                int64_t cb = c0;
+                for (; cb < c1; cb += 32, w += 320) {
+                    __m512 a = _mm512_loadu_ps(w), b = _mm512_loadu_ps(w + 16);
+                    for (int k = 0; k < 9; ++k) {
+                        a = _mm512_fmadd_ps(_mm512_loadu_ps(in[k] + cb), _mm512_loadu_ps(w + 32 + 32 * k), a);
+                        b = _mm512_fmadd_ps(_mm512_loadu_ps(in[k] + cb + 16), _mm512_loadu_ps(w + 48 + 32 * k), b);
+                    }
+                    _mm512_storeu_ps(o + cb, activate512(a, act));
+                    _mm512_storeu_ps(o + cb + 16, activate512(b, act));
+                }
+            }
+        }
+    }
+}
+
 /* leti_dwconv3x3 over an input of which only rows x_row0.. are held, from x on (a band of the input, one image: a
  * native program's fused product and depthwise step, program.c); the rows the outputs r0..r1-1 read must be held */
 void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *w, const float *bias, int64_t h,
@@ -83,6 +154,10 @@ void leti_dwconv3x3(const float *x, float *y, const float *w, const float *bias,
 void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *w, const float *bias, int64_t h,
                          int64_t wd, int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                          int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1) {
+    if (dw_takes_packed(c, sh, sw)) {
+        dw_pixels_packed(x, x_row0, y, w + 9 * c, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, act, r0, r1);
+        return;
+    }
     const int64_t row_in = wd * c, img_in = h * row_in, row_out = ow * c;
     /* 16 channels a vector where the CPU has AVX-512, the channels come in whole 16s and the stride is 2 or more,
      * else 8. One thread, 64-byte aligned data (benchmarks/bench_dwconv.py, Zen 5): at stride 2 the 16-lane code takes
