@@ -36,9 +36,10 @@ def build(source: str, tmp: Path, name: str):
     src.write_text(source)
     lib = tmp / f"{name}.so"
     # gemm.c of the working tree: the switch between the AVX2 and AVX-512 kernels (leti_set_avx512) lives there, and
-    # it calls window512.c's tiles
-    subprocess.run(["cc", "-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC", "-I", str(CSRC), str(src),
-                    str(CSRC / "gemm.c"), str(CSRC / "window512.c"), "-o", str(lib)], check=True)
+    # it calls window512.c's tiles. -Bsymbolic: the library's calls to its own functions (leti_dwconv3x3_band) stay in
+    # it; without, they went to the engine's library, which importing leti loads into the process's global scope
+    subprocess.run(["cc", "-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC", "-Wl,-Bsymbolic", "-I", str(CSRC),
+                    str(src), str(CSRC / "gemm.c"), str(CSRC / "window512.c"), "-o", str(lib)], check=True)
     f = ctypes.CDLL(str(lib)).leti_dwconv3x3
     f.restype, f.argtypes = None, [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 14
     return f

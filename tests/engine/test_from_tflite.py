@@ -183,3 +183,43 @@ def test_the_cache_decay_benchmark_times_both_runtimes_after_every_gap(zoo, tmp_
         assert base > 0 and after > 0 and extra == pytest.approx(after - base, abs=0.011)
     with pytest.raises(SystemExit):
         decay.main(["--model", str(path), "--gaps", "0,soon"])
+
+
+def _bench_module(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_layer_chain_benchmark_times_both_runtimes_and_a_switched_engine(capsys):
+    """benchmarks/bench_layer_chains.py: a chain's spec expands (repeats), a malformed one is refused with the reason;
+    a tiny chain prints one row per thread count: both runtimes' milliseconds, their ratio and a switch's column."""
+    chains = _bench_module("bench_layer_chains")
+    assert chains.parse_chain("7,32,p16,d2*2") == (7, 32, [("p", 16), ("d", 2), ("p", 16), ("d", 2)])
+    for bad in ("7,32", "7,32,x3", "7,32,p"):
+        with pytest.raises(ValueError, match="chain"):
+            chains.parse_chain(bad)
+    assert chains.main(["--chain", "6,16,d1,p16", "--threads", "1", "--rounds", "2", "--switch", "dw_packed=0"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(" ") and "6,16" in line]
+    assert len(rows) == 1
+    _, thr, tfl, eng, ratio, switch = rows[0]
+    assert thr == "1" and float(tfl) > 0 and float(eng) > 0 and float(ratio) > 0 and float(switch) > 0
+    with pytest.raises(SystemExit):
+        chains.main(["--chain", "6,16,q1"])
+    with pytest.raises(SystemExit):
+        chains.main(["--chain", "6,16,d1", "--threads", "1", "--rounds", "1", "--switch", "no_such_switch=1"])
+
+
+def test_the_fma_peak_benchmark_prints_a_rate_per_repeat_and_refuses_nonsense(capsys):
+    """benchmarks/bench_fma_peak.py builds its loop with cc and prints one positive rate per repeat and their median."""
+    peak = _bench_module("bench_fma_peak")
+    assert peak.main(["--repeats", "3", "--iterations", "200000"]) == 0
+    out = capsys.readouterr().out
+    rates = [float(v) for v in out.split("GFLOP/s per repeat:")[1].splitlines()[0].split()]
+    assert len(rates) == 3 and all(r > 0 for r in rates)
+    assert float(out.split("FMA peak:")[1].split()[0]) == sorted(rates)[1]
+    with pytest.raises(SystemExit):
+        peak.main(["--repeats", "0"])
