@@ -18,6 +18,9 @@
  *
  * One call covers output rows r0..r1-1 of the (batch x out-height) rows; the engine splits rows over
  * numba's thread pool. Built with gemm.c into one library (ckernels.py).
+ *
+ * The weights w are the taps row by row (9 x c) followed by their packed copy with the bias (10 c floats,
+ * ckernels.dw3x3_weights), which the pixel-at-a-time path below reads instead of w9 and bias.
  */
 #include "simd.h"
 
