@@ -57,7 +57,8 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 OPENMP = ("-fopenmp",)
 #: the micro-kernel's block: MR rows of a by NR packed columns of B
 MR, NR = 6, 16
-ALIGN = 32
+#: packed arrays start on a cache line: a 512-bit load from a 32-byte boundary spans two lines
+ALIGN = 64
 
 _p = types.intp
 #: ``leti_sgemm(m, n, k, a, lda, b_packed, y, ldy, bias_or_0, residual_or_0, act)``; pointers travel as integers
@@ -330,7 +331,7 @@ def _aligned(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def aligned_copy(a: np.ndarray) -> np.ndarray:
-    """A C-contiguous float32 copy of ``a``, 32-byte aligned, from huge pages when large (weights a kernel streams)."""
+    """A C-contiguous float32 copy of ``a``, 64-byte aligned, from huge pages when large (weights a kernel streams)."""
     out = _aligned(tuple(a.shape))
     out[...] = a
     return out
@@ -355,7 +356,7 @@ def dw3x3_weights(w9: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
 
 
 def pack(w: np.ndarray) -> np.ndarray:
-    """Weights ``w`` (k × n) as the kernel reads them: ``(ceil(n/16), k, 16)``, zero-padded, 32-byte aligned.
+    """Weights ``w`` (k × n) as the kernel reads them: ``(ceil(n/16), k, 16)``, zero-padded, 64-byte aligned.
     A stack of matrices ``(P, k, n)`` packs to ``(P, ceil(n/16), k, 16)`` (each one aligned too)."""
     w = np.asarray(w, dtype=np.float32)
     *lead, k, n = w.shape

@@ -521,7 +521,7 @@ static void block512(int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc, in
     }
 }
 
-/* y = act(a . B + bias + res) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 32-byte
+/* y = act(a . B + bias + res) for rows 0..m-1 and columns 0..n-1; bp: packed B (ckernels.pack, 64-byte
  * aligned), bias: NULL or ceil(n/16)*16 floats (zero-padded), res: NULL or a residual laid out like y
  * (row stride ldy: a ResNet shortcut added in the same epilogue). */
 /* The AVX2 products of more than FULL_MIN_ROWS rows and at most FULL_MAX_K inner products run K whole (no k blocks:
