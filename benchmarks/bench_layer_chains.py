@@ -37,10 +37,12 @@ CHAINS = ("14,512,p512*5", "14,512,d1*10", "7,1024,d1*10", "7,512,p1024", "56,12
 def parse_chain(spec: str) -> tuple[int, int, list[tuple[str, int]]]:
     """``SIZE,CHANNELS,LAYERS`` → (size, channels, [(kind, value)]); ValueError with the reason where malformed."""
     parts = spec.split(",")
-    if len(parts) < 3:
-        raise ValueError(f"chain {spec!r}: expected SIZE,CHANNELS,LAYERS")
+    if len(parts) < 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+        raise ValueError(f"chain {spec!r}: expected SIZE,CHANNELS,LAYERS (SIZE and CHANNELS whole numbers)")
     size, channels = int(parts[0]), int(parts[1])
     body, _, times = ",".join(parts[2:]).partition("*")
+    if times and not times.isdigit():
+        raise ValueError(f"chain {spec!r}: the repeat after '*' is not a whole number")
     layers = []
     for item in body.split(","):
         if len(item) < 2 or item[0] not in "pd" or not item[1:].isdigit():
@@ -115,10 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         chains = [(spec, *parse_chain(spec)) for spec in (args.chain or CHAINS)]
+    except ValueError as e:
+        ap.error(str(e))
+    try:
         threads = [int(t) for t in args.threads.split(",")]
         switches = [(s.split("=")[0], int(s.split("=")[1])) for s in args.switch]
-    except (ValueError, IndexError) as e:
-        ap.error(str(e) if isinstance(e, ValueError) and "chain" in str(e) else f"bad --threads or --switch: {e}")
+    except (ValueError, IndexError):
+        ap.error(f"--threads takes a comma list of numbers ({args.threads!r}), --switch NAME=VALUE ({args.switch})")
+    if args.rounds < 1 or min(threads) < 1:
+        ap.error("--rounds and every thread count must be at least 1")
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.rounds} rounds")
     head = f"{'chain':>36} {'thr':>3} {'tflite':>8} {'engine':>8} {'eng/tfl':>8}"
     print(head + "".join(f" {n + '=' + str(v):>14}" for n, v in switches), flush=True)

@@ -199,7 +199,7 @@ def test_the_layer_chain_benchmark_times_both_runtimes_and_a_switched_engine(cap
     a tiny chain prints one row per thread count: both runtimes' milliseconds, their ratio and a switch's column."""
     chains = _bench_module("bench_layer_chains")
     assert chains.parse_chain("7,32,p16,d2*2") == (7, 32, [("p", 16), ("d", 2), ("p", 16), ("d", 2)])
-    for bad in ("7,32", "7,32,x3", "7,32,p"):
+    for bad in ("7,32", "7,32,x3", "7,32,p", "a,32,p16", "7,32,p16*two"):
         with pytest.raises(ValueError, match="chain"):
             chains.parse_chain(bad)
     assert chains.main(["--chain", "6,16,d1,p16", "--threads", "1", "--rounds", "2", "--switch", "dw_packed=0"]) == 0
@@ -207,8 +207,10 @@ def test_the_layer_chain_benchmark_times_both_runtimes_and_a_switched_engine(cap
     assert len(rows) == 1
     _, thr, tfl, eng, ratio, switch = rows[0]
     assert thr == "1" and float(tfl) > 0 and float(eng) > 0 and float(ratio) > 0 and float(switch) > 0
-    with pytest.raises(SystemExit):
-        chains.main(["--chain", "6,16,q1"])
+    for bad in (["--chain", "6,16,q1"], ["--chain", "6,16,d1", "--threads", "one"], ["--chain", "6,16,d1", "--rounds", "0"],
+                ["--chain", "6,16,d1", "--switch", "dw_packed"]):
+        with pytest.raises(SystemExit):
+            chains.main(bad)
     with pytest.raises(SystemExit):
         chains.main(["--chain", "6,16,d1", "--threads", "1", "--rounds", "1", "--switch", "no_such_switch=1"])
 
