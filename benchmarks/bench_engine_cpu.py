@@ -45,6 +45,7 @@ import argparse
 import os
 import random
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -622,6 +623,18 @@ def paired_ratio(per: dict, a: str, b: str) -> float:
     return float(np.median(np.array(per[a]) / np.array(per[b])))
 
 
+def fma_peak() -> str:
+    """One core's FMA peak now (``bench_fma_peak.py``, three short repeats): the VM's clock, which moves by several percent
+    within minutes, beside the ratios it scales."""
+    try:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_fma_peak import measure
+
+        return f"{measure(3, 5_000_000)[1]:.0f} GFLOP/s"
+    except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        return f"n/a ({e})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--networks", type=int, default=2)
@@ -645,6 +658,7 @@ def main() -> None:
     from leti.engine.backends.cpu import blas
 
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; engine GEMMs: {blas.name()}")
+    print(f"one core's FMA peak before: {fma_peak()}", flush=True)
     errors: dict[str, str] = {}
     ablation = args.ablation
     cols = list(PEERS) + ["engine", ablation, "im2col", "numpy"]
@@ -691,7 +705,7 @@ def main() -> None:
                 if ablation in t:
                     worst_ablation.append((paired_ratio(per, ablation, best), name, threads))
                 print(line if len(rows) > 1 else hdr + "\n" + line, flush=True)
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}; one core's FMA peak after: {fma_peak()}")
     for k, v in errors.items():
         print(f"n/a {k}: {v}")
     if worst_ablation:

@@ -66,13 +66,8 @@ def has_avx512() -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--iterations", type=int, default=20_000_000, help="loop trips per repeat (24 FMAs each)")
-    args = ap.parse_args(argv)
-    if args.repeats < 1 or args.iterations < 1:
-        ap.error("--repeats and --iterations must be positive")
+def measure(repeats: int = 5, iterations: int = 20_000_000) -> list[float]:
+    """GFLOP/s of each repeat, sorted; RuntimeError with the compiler's message where the loop cannot be built."""
     wide = has_avx512()
     with tempfile.TemporaryDirectory(prefix="leti_fma_") as d:
         src, exe = Path(d) / "peak.c", Path(d) / "peak"
@@ -81,13 +76,25 @@ def main(argv: list[str] | None = None) -> int:
         try:
             subprocess.run(["cc", "-O2", *flags, str(src), "-o", str(exe)], check=True, capture_output=True, text=True)
         except (OSError, subprocess.CalledProcessError) as e:
-            print(f"error: could not build the FMA loop with cc: {getattr(e, 'stderr', '') or e}".strip(),
-                  file=sys.stderr)
-            return 1
-        out = subprocess.run([str(exe), str(args.iterations), str(args.repeats)], check=True, capture_output=True,
+            raise RuntimeError(f"could not build the FMA loop with cc: {getattr(e, 'stderr', '') or e}".strip()) from e
+        out = subprocess.run([str(exe), str(iterations), str(repeats)], check=True, capture_output=True,
                              text=True).stdout
-    rates = sorted(float(line.split()[0]) for line in out.splitlines())
-    print(f"load average {os.getloadavg()[0]:.2f}; {'AVX-512' if wide else 'AVX2'} FMAs, one thread")
+    return sorted(float(line.split()[0]) for line in out.splitlines())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=20_000_000, help="loop trips per repeat (24 FMAs each)")
+    args = ap.parse_args(argv)
+    if args.repeats < 1 or args.iterations < 1:
+        ap.error("--repeats and --iterations must be positive")
+    try:
+        rates = measure(args.repeats, args.iterations)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"load average {os.getloadavg()[0]:.2f}; {'AVX-512' if has_avx512() else 'AVX2'} FMAs, one thread")
     print("GFLOP/s per repeat: " + " ".join(f"{r:.1f}" for r in rates))
     print(f"FMA peak: {rates[len(rates) // 2]:.1f} GFLOP/s (median)")
     return 0

@@ -202,6 +202,8 @@ def _dw_ref(x, w, b, stride, dil, pads, out_hw, act):
     (2, 7, 8, 160, (2, 2), (1, 1), (0, 0)),   # stride 2, two images
     (1, 9, 9, 512, (1, 1), (2, 2), (2, 2)),   # dilation 2, two chunks
     (1, 6, 5, 320, (2, 1), (1, 1), (1, 0)),   # unequal strides and pads
+    (1, 1, 1, 256, (1, 1), (1, 1), (1, 1)),   # a 1 x 1 map: every tap but the centre reads the zeros
+    (1, 2, 3, 128, (2, 2), (1, 1), (1, 1)),   # a map smaller than the window at stride 2
 ])
 def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride, dil, pads):
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti

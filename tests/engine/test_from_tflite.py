@@ -225,3 +225,6 @@ def test_the_fma_peak_benchmark_prints_a_rate_per_repeat_and_refuses_nonsense(ca
     assert float(out.split("FMA peak:")[1].split()[0]) == sorted(rates)[1]
     with pytest.raises(SystemExit):
         peak.main(["--repeats", "0"])
+    # bench_engine_cpu.py prints the same figure before and after its rounds
+    value, unit = _bench_module("bench_engine_cpu").fma_peak().split()
+    assert float(value) > 0 and unit == "GFLOP/s"
