@@ -28,21 +28,17 @@ from profile_tflite_prefix import operator_count, prefix_tflite  # noqa: E402,F4
 
 def both_runtimes(data: bytes, threads: int):
     """A TFLite interpreter and an engine session of the same ``.tflite`` bytes, each fed the same random input and run
-    once: ``(tflite's invoke, the engine's run)``, each a call of no arguments that runs the model again."""
-    from ai_edge_litert.interpreter import Interpreter
+    once (``bench_engine_cpu``'s runners): ``(tflite's invoke, the engine's run)``, each a call of no arguments that
+    runs the model again."""
+    from bench_engine_cpu import engine_runner, tflite_runner
 
-    from leti.engine.backends.cpu import CPUBackend
     from leti.engine.convert.from_tflite import from_tflite
-    from leti.engine.session import Session
 
-    it = Interpreter(model_content=data, num_threads=threads)
-    it.allocate_tensors()
-    inp = it.get_input_details()[0]
-    x = np.random.default_rng(0).standard_normal(inp["shape"]).astype(np.float32)
-    it.set_tensor(inp["index"], x)
-    s = Session(from_tflite(data), backends=[CPUBackend(threads=threads)]).resize()
-    s.run(x)
-    return it.invoke, lambda: s.run(copy=False)
+    g = from_tflite(data)
+    x = np.random.default_rng(0).standard_normal(g.tensors[g.inputs[0]].shape).astype(np.float32)
+    tflite = tflite_runner(data, x, threads)[0]
+    tflite()
+    return tflite, engine_runner(g, x, threads)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

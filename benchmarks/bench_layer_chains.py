@@ -16,7 +16,6 @@ depthwise convolution at stride S), ``*K`` repeating the list K times. Session 4
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import sys
 import time
@@ -52,9 +51,10 @@ def parse_chain(spec: str) -> tuple[int, int, list[tuple[str, int]]]:
 
 
 def chain_tflite(size: int, channels: int, layers: list[tuple[str, int]]) -> bytes:
-    """The chain as ``.tflite`` bytes (Keras, converted in memory)."""
+    """The chain as ``.tflite`` bytes (Keras, converted in memory by LETI's converter)."""
     import keras
-    import tensorflow as tf
+
+    from leti.models.tflite import convert_keras
 
     inp = keras.Input((size, size, channels), batch_size=1)
     x = inp
@@ -64,7 +64,7 @@ def chain_tflite(size: int, channels: int, layers: list[tuple[str, int]]) -> byt
         else:
             x = keras.layers.DepthwiseConv2D(3, strides=v, padding="same", activation="relu6",
                                              bias_initializer="random_normal")(x)
-    data = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, x)).convert()
+    data = convert_keras(keras.Model(inp, x))
     keras.backend.clear_session()
     return data
 
@@ -73,14 +73,12 @@ def switched(run, name: str, value: int):
     """``run`` with the C library's ``leti_set_NAME`` at ``value`` during the call, its old value after."""
     from leti.engine.backends.cpu import ckernels
 
-    lib = ckernels.library()
-    if lib is None:
-        raise SystemExit("error: LETI's C kernels are not available here; --switch needs them")
     try:
-        f = getattr(ctypes.CDLL(str(lib)), f"leti_set_{name}")
+        f = ckernels.setter(f"leti_set_{name}")
     except AttributeError:
         raise SystemExit(f"error: --switch {name}: the C library has no leti_set_{name}") from None
-    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    if f is None:
+        raise SystemExit("error: LETI's C kernels are not available here; --switch needs them")
 
     def call():
         old = f(-1)

@@ -116,17 +116,24 @@ def _build(out: Path) -> str:
             os.unlink(tmp)
 
 
-def _setting(symbol: str, value: int) -> int:
-    """Call one of the library's ``int64_t leti_set_*(int64_t)`` switches (a negative value only asks); 0 where the
-    library is unavailable."""
+@lru_cache(maxsize=None)
+def setter(symbol: str):
+    """One of the library's ``int64_t leti_set_*(int64_t)`` switches as a ctypes function (a negative argument only
+    asks), or None where the library is unavailable; AttributeError where it has no such symbol."""
     import ctypes
 
     path = library()
     if path is None:
-        return 0
+        return None
     f = getattr(ctypes.CDLL(str(path)), symbol)
     f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
-    return int(f(value))
+    return f
+
+
+def _setting(symbol: str, value: int) -> int:
+    """Call one of the library's switches (:func:`setter`); 0 where the library is unavailable."""
+    f = setter(symbol)
+    return 0 if f is None else int(f(value))
 
 
 def _flag(symbol: str, on: bool | None) -> bool:
@@ -344,8 +351,7 @@ def dw3x3_weights(w9: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     where ``c`` is a multiple of 32). 19 c floats, 64-byte aligned."""
     w9 = np.asarray(w9, dtype=np.float32)
     c = w9.shape[1]
-    out = np.empty(19 * c + 16, np.float32)
-    out = out[(-out.ctypes.data % 64) // 4:][:19 * c]
+    out = _aligned((19 * c,))
     out[:9 * c] = w9.ravel()
     b = np.zeros(c, np.float32) if bias is None else np.asarray(bias, np.float32)
     for c0 in range(0, c, 32):
