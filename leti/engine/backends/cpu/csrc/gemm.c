@@ -421,7 +421,10 @@ static AVX512 void tile512(int64_t rows, int64_t kc, const float *a, int64_t lda
             d##r = activate512(_mm512_add_ps(d##r, bias1), act);                                    \
         }                                                                                           \
         _mm512_storeu_ps(yr, c##r);                                                                 \
-        _mm512_mask_storeu_ps(yr + NR, m1, d##r);                                                   \
+        if (nr2 >= NR)                                                                              \
+            _mm512_storeu_ps(yr + NR, d##r);                                                        \
+        else                                                                                        \
+            _mm512_mask_storeu_ps(yr + NR, m1, d##r);                                               \
     }
 
 static inline AVX512 __attribute__((always_inline)) void
@@ -472,52 +475,126 @@ int64_t leti_set_pair512(int64_t on) {
     return pair512;
 }
 
-/* leti_sgemm's k block and chunk of panels q0..q1-1 with the AVX-512 tiles: rows in balanced tiles of at most 12 */
-static void block512(int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc, int first, int last, int64_t q0,
-                     int64_t q1, const float *a, int64_t lda, const float *bp, float *y, int64_t ldy, const float *bias,
-                     const float *res, int64_t act, const float *next, int64_t next_panels) {
-    const int pair = (int)leti_set_pair512(-1);
-    for (int64_t i = 0, rows, tile_no = 0; i < m; i += rows, ++tile_no) {
+/* Panel q (and q + 1, when they pair: returns how many) of a row tile at a k block with the AVX-512 tiles; pfb, pfb2:
+ * weights to fetch into L2 meanwhile, or 0 (block512). */
+static inline AVX512 __attribute__((always_inline)) int64_t
+panels512(int64_t rows, int64_t n, int64_t k, int64_t k0, int64_t kc, int first, int last, int64_t q, int64_t q1,
+          int pair, const float *ai, int64_t lda, const float *bp, float *yi, int64_t ldy, const float *bias,
+          const float *ri, int64_t act, const float *pfb, const float *pfb2) {
+    int64_t nr = n - q * NR < NR ? n - q * NR : NR, nr2 = n - (q + 1) * NR < NR ? n - (q + 1) * NR : NR;
+    const float *bq = bp + (q * k + k0) * NR, *bs = bias ? bias + q * NR : 0, *rs = ri ? ri + q * NR : 0;
+    float *yq = yi + q * NR;
+    if (pair && q + 1 < q1 && nr == NR && nr2 > 0) {
+        /* two panels, the second one's columns by mask, a half one too (24 columns: 154 -> 179 GFLOP/s on 3136 x 96
+         * x 24, 113 -> 152 on 12544 x 16 x 24, one thread), where the AVX2 tiles under a one-panel tile read A again
+         * and broadcast each element twice */
+        tile512x2(rows, kc, ai, lda, bq, bq + k * NR, yq, ldy, nr2, first, last, bs, rs, act, pfb, pfb2);
+        return 2;
+    }
+    if (nr > 8) {
+        tile512(rows, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act, pfb);
+    } else if (rows == 2 * MR) {
+        micro_h12(kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act);
+    } else { /* a half panel under fewer than 12 rows: the AVX2 tiles, at most 6 rows each */
+        for (int64_t j = 0, r; j < rows; j += r) {
+            r = rows - j > MR ? (rows - j + 1) / 2 : rows - j;
+            tile(r, 1, kc, ai + j * lda, lda, bq, yq + j * ldy, ldy, nr, first, last, bs, rs ? rs + j * ldy : 0, act, 0);
+        }
+    }
+    return 1;
+}
+
+static AVX512 void tail512(int64_t rows, int64_t n, int64_t k, int64_t k0, int64_t kc, int first, int last, int64_t q,
+                           int64_t q1, const float *ai, int64_t lda, const float *bp, float *yi, int64_t ldy,
+                           const float *bias, int64_t act) {
+    while (q < q1) q += panels512(rows, n, k, k0, kc, first, last, q, q1, 1, ai, lda, bp, yi, ldy, bias, 0, act, 0, 0);
+}
+
+/* Row tiles i0.. of a k block (first, last: compile-time constants) against panels q0..q1-1, no residual, no weights to
+ * fetch ahead: block512's tiles after its first two. The full pairs of panels are inlined into this loop with their
+ * flags as constants, so that they compile without the flags' tests and the loop keeps its registers (the panels past
+ * them, tail512, as block512 runs them); through block512's general loop and a call per tile, products of few inner
+ * products had lost 2-8 % to the tiles' entries and exits (one thread, a C harness built with the library's flags:
+ * 12544 x 32 x 64 189 -> 210 GFLOP/s, 3136 x 128 x 128 221 -> 226, 196 x 512 x 512 225 -> 229; MobileNet v1 / v2 1-2 %
+ * faster, paired in one process against leti_set_pair_rows(0)). */
+static inline AVX512 __attribute__((always_inline)) void
+pair_rows512(const int first, const int last, int64_t i0, int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc,
+             int64_t q0, int64_t q1, const float *a, int64_t lda, const float *bp, float *y, int64_t ldy,
+             const float *bias, int64_t act) {
+    int64_t full = n / NR < q1 ? n / NR : q1, qt = q0 + (full - q0) / 2 * 2; /* the full pairs: q0..qt-1 */
+    for (int64_t i = i0, rows; i < m; i += rows) {
         int64_t left = m - i, tiles_left = (left + MR512 - 1) / MR512;
         rows = (left + tiles_left - 1) / tiles_left;
         const float *ai = a + i * lda + k0;
-        for (int64_t q = q0; q < q1; ++q) {
-            int64_t nr = n - q * NR < NR ? n - q * NR : NR;
-            const float *bq = bp + (q * k + k0) * NR;
+        for (int64_t q = q0; q < qt; q += 2) {
+            const float *bq = bp + (q * k + k0) * NR, *bs = bias ? bias + q * NR : 0;
             float *yq = y + i * ldy + q * NR;
-            const float *bs = bias ? bias + q * NR : 0;
-            const float *rs = res ? res + i * ldy + q * NR : 0;
-            int64_t nr2 = n - (q + 1) * NR < NR ? n - (q + 1) * NR : NR;
+#define P2(r) micro512x2(r, kc, ai, lda, bq, bq + k * NR, yq, ldy, NR, first, last, bs, 0, act, 0, 0); break;
+            switch (rows) {
+            case 12: P2(12) case 11: P2(11) case 10: P2(10) case 9: P2(9) case 8: P2(8) case 7: P2(7)
+            case 6: P2(6) case 5: P2(5) case 4: P2(4) case 3: P2(3) case 2: P2(2) default: P2(1)
+            }
+#undef P2
+        }
+        if (qt < q1) tail512(rows, n, k, k0, kc, first, last, qt, q1, ai, lda, bp, y + i * ldy, ldy, bias, act);
+    }
+}
+
+#define PAIR_ROWS(f, l)                                                                                             \
+    static AVX512 void pair_rows512_##f##l(int64_t i0, int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc,      \
+                                           int64_t q0, int64_t q1, const float *a, int64_t lda, const float *bp,    \
+                                           float *y, int64_t ldy, const float *bias, int64_t act) {                \
+        pair_rows512(f, l, i0, m, n, k, k0, kc, q0, q1, a, lda, bp, y, ldy, bias, act);                             \
+    }
+PAIR_ROWS(1, 1)
+PAIR_ROWS(1, 0)
+PAIR_ROWS(0, 1)
+PAIR_ROWS(0, 0)
+#undef PAIR_ROWS
+
+static int pair_rows = 1;
+/* block512's tiles after its first two through pair_rows512 (1) or its general loop (0), or only ask (< 0) */
+int64_t leti_set_pair_rows(int64_t on) {
+    if (on >= 0) pair_rows = (int)on;
+    return pair_rows;
+}
+
+/* leti_sgemm's k block and chunk of panels q0..q1-1 with the AVX-512 tiles: rows in balanced tiles of at most 12 */
+static AVX512 void block512(int64_t m, int64_t n, int64_t k, int64_t k0, int64_t kc, int first, int last, int64_t q0,
+                            int64_t q1, const float *a, int64_t lda, const float *bp, float *y, int64_t ldy,
+                            const float *bias, const float *res, int64_t act, const float *next, int64_t next_panels) {
+    const int pair = (int)leti_set_pair512(-1), lean = pair_rows && pair && !res;
+    int64_t i = 0;
+    for (int64_t rows, tile_no = 0; i < m && !(lean && tile_no == 2); i += rows, ++tile_no) {
+        int64_t left = m - i, tiles_left = (left + MR512 - 1) / MR512;
+        rows = (left + tiles_left - 1) / tiles_left;
+        const float *ai = a + i * lda + k0;
+        for (int64_t q = q0, used; q < q1; q += used) {
             /* the first row tile fetches the next panel of this chunk into L2 while it works on this one; the
              * second fetches the same panel of the next chunk (next: its first panel at this k block, next_panels
              * of them), so that the next chunk's first tile finds its weights in L2 instead of memory (a 7x7 map's
              * products with megabytes of weights: ~15 % over their time with warm weights without it) */
             const float *ahead = tile_no == 1 && q - q0 < next_panels ? next + (q - q0) * k * NR : 0;
-            if (pair && q + 1 < q1 && nr == NR && nr2 > 0) {
-                /* two panels, the second one's columns by mask, a half one too (24 columns: 154 -> 179 GFLOP/s on
-                 * 3136 x 96 x 24, 113 -> 152 on 12544 x 16 x 24, one thread), where the AVX2 tiles under a one-panel
-                 * tile read A again and broadcast each element twice */
-                const float *pfb = i == 0 && q + 2 < q1 ? bq + 2 * k * NR : ahead;
-                const float *pfb2 = pfb == ahead ? (ahead && q + 1 - q0 < next_panels ? ahead + k * NR : 0)
-                                                 : pfb + k * NR;
-                tile512x2(rows, kc, ai, lda, bq, bq + k * NR, yq, ldy, nr2, first, last, bs, rs, act, pfb,
-                          pfb2 ? pfb2 : pfb);
-                ++q;
-                continue;
+            const float *bq = bp + (q * k + k0) * NR;
+            int64_t nr = n - q * NR < NR ? n - q * NR : NR, nr2 = n - (q + 1) * NR < NR ? n - (q + 1) * NR : NR;
+            const float *pfb, *pfb2;
+            if (pair && q + 1 < q1 && nr == NR && nr2 > 0) { /* a pair: its prefetches */
+                pfb = i == 0 && q + 2 < q1 ? bq + 2 * k * NR : ahead;
+                pfb2 = pfb == ahead ? (ahead && q + 1 - q0 < next_panels ? ahead + k * NR : 0) : pfb + k * NR;
+                if (!pfb2) pfb2 = pfb;
+            } else {
+                pfb = i == 0 && q + 1 < q1 ? bq + k * NR : ahead;
+                pfb2 = 0;
             }
-            const float *pfb = i == 0 && q + 1 < q1 ? bq + k * NR : ahead;
-            if (nr > 8) {
-                tile512(rows, kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act, pfb);
-            } else if (rows == 2 * MR) {
-                micro_h12(kc, ai, lda, bq, yq, ldy, nr, first, last, bs, rs, act);
-            } else { /* a half panel under fewer than 12 rows: the AVX2 tiles, at most 6 rows each */
-                for (int64_t j = 0, r; j < rows; j += r) {
-                    r = rows - j > MR ? (rows - j + 1) / 2 : rows - j;
-                    tile(r, 1, kc, ai + j * lda, lda, bq, yq + j * ldy, ldy, nr, first, last, bs,
-                         rs ? rs + j * ldy : 0, act, 0);
-                }
-            }
+            used = panels512(rows, n, k, k0, kc, first, last, q, q1, pair, ai, lda, bp, y + i * ldy, ldy, bias,
+                             res ? res + i * ldy : 0, act, pfb, pfb2);
         }
+    }
+    if (i < m) {
+        if (first && last) pair_rows512_11(i, m, n, k, k0, kc, q0, q1, a, lda, bp, y, ldy, bias, act);
+        else if (first) pair_rows512_10(i, m, n, k, k0, kc, q0, q1, a, lda, bp, y, ldy, bias, act);
+        else if (last) pair_rows512_01(i, m, n, k, k0, kc, q0, q1, a, lda, bp, y, ldy, bias, act);
+        else pair_rows512_00(i, m, n, k, k0, kc, q0, q1, a, lda, bp, y, ldy, bias, act);
     }
 }
 
