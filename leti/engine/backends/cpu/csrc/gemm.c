@@ -8,7 +8,7 @@
  * are row-major with row strides lda / ldy, used in place: an NHWC feature map is already the
  * (pixels x channels) matrix, so nothing is copied on the activation side.
  *
- * Blocking (Zen 3: 32 KiB L1d, 512 KiB L2 per core): k in blocks of KC = 256 (a 16 KiB B
+ * Blocking (Zen 3: 32 KiB L1d, 512 KiB L2 per core): k in blocks of KC = 256 (AVX-512: kc512, 512; a 16 KiB B
  * micro-panel stays in L1 while six rows of a stream past it), panels in chunks of PC = 16 (256 KiB
  * of B in L2, reused by every row group). The micro-kernel keeps a 6 x 16 block of y in 12 ymm
  * registers: per k, two loads of B, six broadcasts of a, twelve FMAs. Rows past a multiple of 6
@@ -552,6 +552,18 @@ PAIR_ROWS(0, 1)
 PAIR_ROWS(0, 0)
 #undef PAIR_ROWS
 
+/* The AVX-512 products' k block: 512 (a 12-row tile's 24 KiB of a stay in the 48 KiB L1 while a pair of panels'
+ * 64 KiB of weights stream from L2, and y is read back half as often as with 256). Paired in one process against 256
+ * (Zen 5, benchmarks' arms of leti_set_kc512, 80 rounds): MobileNet v1 0.977-0.989 / 0.973-0.986 the time (one / two
+ * threads), v2 0.986 / 0.993, ResNet50 0.962, RegNetX-200MF 0.986 (one thread); 1024 no better than 512. Session 43
+ * had measured 512 within +-0.5 % in the networks, with the tiles' flags still tested at run time. */
+static int64_t kc512 = 512;
+/* set the AVX-512 products' k block (kc > 0) or only ask; returns the value in force */
+int64_t leti_set_kc512(int64_t kc) {
+    if (kc > 0) kc512 = kc;
+    return kc512;
+}
+
 static int pair_rows = 1;
 /* block512's tiles after its first two through pair_rows512 (1) or its general loop (0), or only ask (< 0) */
 int64_t leti_set_pair_rows(int64_t on) {
@@ -692,14 +704,15 @@ void leti_sgemm_part(int64_t m_whole, int64_t m, int64_t n, int64_t k, const flo
         sgemm_full_k(m, n, k, a, lda, bp, y, ldy, bias, res, act);
         return;
     }
-    for (int64_t k0 = 0; k0 < k; k0 += KC) {
-        int64_t kc = k - k0 < KC ? k - k0 : KC;
+    const int64_t kb = avx512_on() ? kc512 : KC;
+    for (int64_t k0 = 0; k0 < k; k0 += kb) {
+        int64_t kc = k - k0 < kb ? k - k0 : kb;
         int first = k0 == 0, last = k0 + kc >= k;
         for (int64_t q0 = 0; q0 < panels; q0 += PC) {
             int64_t q1 = q0 + PC < panels ? q0 + PC : panels;
             if (avx512_on()) {
                 /* the chunk after this one: the next panels at this k block, or the first ones at the next */
-                int64_t nq0 = q1 < panels ? q1 : 0, nk0 = q1 < panels ? k0 : k0 + KC;
+                int64_t nq0 = q1 < panels ? q1 : 0, nk0 = q1 < panels ? k0 : k0 + kb;
                 int64_t nnp = nk0 >= k ? 0 : (nq0 + PC < panels ? PC : panels - nq0);
                 block512(m, n, k, k0, kc, first, last, q0, q1, a, lda, bp, y, ldy, bias, res, act,
                          bp + (nq0 * k + nk0) * NR, nnp);
