@@ -115,39 +115,6 @@ def test_whole_k_row_blocks_match_the_k_blocked_order(rng, threads, rows, k, n):
 
 
 @needs_leti
-@pytest.mark.parametrize("rows, k, n", [
-    (100, 32, 64),     # one k block, two full pairs
-    (49, 1200, 144),   # three k blocks of 512 (first, middle, last), four pairs and a single panel, 49 rows in 5 tiles
-    (61, 24, 40),      # a pair and a half panel past it
-    (37, 300, 600),    # two chunks of panels (16 + 22), the last pair partial
-    (30, 64, 8),       # a half panel only: nothing for the lean loop
-])
-@pytest.mark.parametrize("residual", [False, True])
-def test_lean_row_loop_is_the_general_loop_bit_for_bit(rng, rows, k, n, residual):
-    """The AVX-512 products run a k block's row tiles after the first two in a lean loop (csrc/gemm.c, pair_rows512;
-    not with a residual); turned off (ckernels.set_pair_rows) every tile takes the general loop. Same sums."""
-    if not ckernels.set_avx512(None):
-        pytest.skip("the lean loop is in the AVX-512 products; this CPU has no avx512f")
-    a = rng.standard_normal((rows, k)).astype(np.float32)
-    w = rng.standard_normal((k, n)).astype(np.float32)
-    bias = rng.standard_normal(n).astype(np.float32)
-    res = rng.standard_normal((rows, n)).astype(np.float32)
-    ref = np.clip(_ref(a, w, bias, 0) + (res if residual else 0), 0, 6)
-    was, out = ckernels.set_pair_rows(None), {}
-    try:
-        for on in (True, False):
-            assert ckernels.set_pair_rows(on) == on
-            y = np.full((rows, n), np.nan, np.float32)
-            G.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n), True, 2, 1,
-                                 res if residual else np.zeros((1, 1), np.float32), residual)
-            assert rel_err(y, ref) < TOL
-            out[on] = y
-    finally:
-        ckernels.set_pair_rows(was)
-    np.testing.assert_array_equal(out[True], out[False])
-
-
-@needs_leti
 def test_leti_gemm_writes_only_its_own_columns(rng):
     """The masked store of the last panel must not touch what lies past n in the output's row."""
     a = rng.standard_normal((8, 10)).astype(np.float32)
