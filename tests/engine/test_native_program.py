@@ -185,6 +185,31 @@ def test_steps_cut_into_stolen_chunks_give_the_fixed_split_bit_for_bit(rng, thre
 
 
 @needs_program
+@pytest.mark.parametrize("threads", [2, 3])
+def test_steps_waiting_on_finished_chunks_give_the_barriers_output_bit_for_bit(rng, threads):
+    """Each step waits for the one before by counting its finished chunks (csrc/program.c, ckernels.set_step_waits),
+    so a thread that took every chunk goes on without a descheduled one, which later passes the steps it missed. On
+    this 2-core host three threads are descheduled in turn: thirty runs each way, stolen chunks or fixed parts, all
+    give the barriers' output bit for bit, and the reference's."""
+    g = _network(rng, 1)
+    x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
+    old_w, old_k = ckernels.set_step_waits(None), ckernels.set_steal_chunks(None)
+    try:
+        outs = {}
+        for waits in (False, True):
+            for k in (1, 8):
+                assert ckernels.set_step_waits(waits) is waits and ckernels.set_steal_chunks(k) == k
+                fused, _ = _sessions(g, threads)
+                outs[waits, k] = [fused.run({"x": x})[g.outputs[0]].copy() for _ in range(30)]
+    finally:
+        ckernels.set_step_waits(old_w)
+        ckernels.set_steal_chunks(old_k)
+    first = outs[False, 1][0]
+    assert all(np.array_equal(first, o) for runs in outs.values() for o in runs)
+    assert rel_err(first, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
+
+
+@needs_program
 @pytest.mark.parametrize("nb", [1, 2])
 def test_grouped_windows_split_by_rows_and_groups_match_row_splits(rng, nb):
     """At two threads a grouped window splits its rows x groups over the threads (csrc/gemm.c leti_conv_window_units;

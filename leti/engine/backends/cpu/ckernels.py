@@ -51,7 +51,7 @@ SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", 
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
            "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
-           "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed", "leti_set_pair_rows", "leti_set_kc512")
+           "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed", "leti_set_pair_rows", "leti_set_kc512", "leti_set_step_waits")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -215,6 +215,13 @@ def set_pair_rows(on: bool | None) -> bool:
 def set_kc512(kc: int | None) -> int:
     """The AVX-512 products' k block (``csrc/gemm.c``; default 512); ``None`` only asks. Returns the value in force."""
     return int(_setting("leti_set_kc512", -1 if kc is None else int(kc)))
+
+
+def set_step_waits(on: bool | None) -> bool:
+    """Ask for a native program's steps to wait for the step before by counting its finished chunks (``csrc/program.c``:
+    a thread that took every chunk goes on while another is descheduled; the default) or at an OpenMP barrier after
+    every step; ``None`` only asks. The outputs are the same bit for bit."""
+    return _flag("leti_set_step_waits", on)
 
 
 def set_weights_split(percent: int | None) -> int:

@@ -1,11 +1,11 @@
 /* A run of kernel calls executed as one program: the steps of a network that LETI's C kernels run
  * (matrix products, 3x3 depthwise convolutions, zero-padded copies, windows over few channels or groups),
- * in order, inside a single OpenMP parallel region with a barrier between steps.
+ * in order, inside a single OpenMP parallel region, each step waiting for the one before (leti_set_step_waits).
  *
  * Driven one step at a time from Python, every step costs a numba dispatch and a parallel region of its
  * own: ~3 us at one thread, ~6 us at two, where the second thread is woken for each op. A MobileNet v2
  * has 52 such steps in a row, ~5-9 % of its run. Here the whole run is one call, the threads are started
- * once and each step ends at a barrier.
+ * once and each step ends when its last chunk is done.
  *
  * A program is n records of RECORD int64 each: the kind, then the kernel's arguments (pointers as
  * integers). Every kind splits its work over the threads as the numba driver of the same kernel does
@@ -15,6 +15,7 @@
  * (the same libgomp as numba's thread pool, so both share one pool of threads).
  */
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -660,31 +661,67 @@ static inline int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Run the n steps of prog on `threads` threads (one region, a barrier after every step but the last). */
+/* How a thread waits for the step before to be done (leti_set_step_waits): 1, the default, on a count of the step's
+ * finished chunks, so a thread that took every chunk goes on while the other one is descheduled (it passes the steps it
+ * missed later, finding their chunks taken); 0, an OpenMP barrier after every step, which every thread must reach.
+ * Why: with another process on one of two cores, both threads share the other core in time slices and every barrier
+ * waited for a thread the scheduler had put aside: MobileNet v1 at two threads took 2.0x TFLite's time with a
+ * spinner on one core 30 % of every 10 ms (13.2 against 6.5 ms; 3.3 ms unloaded), OMP_WAIT_POLICY=passive or not. */
+static int step_waits = 1;
+int64_t leti_set_step_waits(int64_t on) {
+    if (on >= 0) step_waits = (int)on;
+    return step_waits;
+}
+
+/* until *done reaches target (acquire: the chunks' outputs are then visible): a short spin, then yielding the core,
+ * which may be the one the thread still running a chunk waits for */
+static inline void wait_chunks(const int64_t *done, int64_t target) {
+    for (int spins = 0; __atomic_load_n(done, __ATOMIC_ACQUIRE) < target; ++spins) {
+        if (spins < 1000)
+            __builtin_ia32_pause();
+        else
+            sched_yield();
+    }
+}
+
+/* Run the n steps of prog on `threads` threads (one region; each step waits for the one before, see step_waits). */
 void leti_run_program(const int64_t *prog, int64_t n, int64_t threads) {
     int64_t *clock = step_clock;
     if (clock) clock[0] = now_ns();
 #ifdef _OPENMP
     if (threads > 1) {
         int64_t K = steal_chunks;
-        int64_t *next = K > 1 ? calloc((size_t)(n * threads * COUNTER_STRIDE), sizeof(int64_t)) : 0;
-        if (K > 1 && !next) K = 1;
+        const int counted = step_waits;
+        /* per step: a claim counter per owner thread, then (counted) one count of finished chunks */
+        int64_t *next = calloc((size_t)(n * (threads + 1) * COUNTER_STRIDE), sizeof(int64_t));
+        if (!next) K = 1;
+        int64_t *done = next ? next + n * threads * COUNTER_STRIDE : 0;
 #pragma omp parallel num_threads(threads)
         {
             int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
             for (int64_t i = 0; i < n; ++i) {
                 const int64_t *s = prog + i * RECORD;
-                if (K == 1) {
+                if (!next) {
                     step_part(s, t, T, T);
                 } else {
-                    for (int64_t v = 0; v < T; ++v) { /* its own parts, then the others' */
+                    int64_t ran = 0;
+                    /* its own chunks, then (K > 1) the others' not yet started */
+                    for (int64_t v = 0; v < (K > 1 ? T : 1); ++v) {
                         int64_t u = (t + v) % T, j;
                         int64_t *counter = next + (i * T + u) * COUNTER_STRIDE;
-                        while ((j = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED)) < K) step_part(s, u * K + j, T * K, T);
+                        while ((j = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED)) < K) {
+                            step_part(s, u * K + j, T * K, T);
+                            ++ran;
+                        }
                     }
+                    if (counted && ran) __atomic_add_fetch(done + i * COUNTER_STRIDE, ran, __ATOMIC_RELEASE);
                 }
                 if (i + 1 < n) {
+                    if (next && counted) {
+                        wait_chunks(done + i * COUNTER_STRIDE, T * K);
+                    } else {
 #pragma omp barrier
+                    }
                     if (clock && t == 0) clock[i + 1] = now_ns();
                 }
             }
