@@ -48,7 +48,7 @@ def competitor(duty: float):
     return subprocess.Popen([sys.executable, "-c", SPIN, str(duty)]) if duty > 0 else None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     from leti.engine.backends.cpu import ckernels
     from leti.engine.session import Session
     from leti.engine.tools import load_graph
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--tflite", action="store_true", help="also time TFLite on .tflite models, in every pair")
     ap.add_argument("--competitor", type=float, default=0.0, metavar="DUTY",
                     help="a process on the last core, busy DUTY (0-1) of every 10 ms, during the timing")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not 0 <= args.competitor < 1:
         ap.error(f"--competitor {args.competitor}: a share of time, 0 <= DUTY < 1")
     if not args.setting.startswith("set_") or not callable(getattr(ckernels, args.setting, None)):
@@ -113,7 +113,8 @@ def main() -> None:
         if spinner is not None:
             spinner.kill()
             spinner.wait()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """TFLite models converted from Keras run on the engine with the interpreter's outputs (1e-4)."""
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -192,6 +193,27 @@ def _bench_module(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_the_ab_benchmark_times_both_settings_and_tflite_beside_a_competitor(tmp_path, capsys):
+    """benchmarks/bench_engine_ab.py: a switch's two values on one model, paired, with TFLite in every pair and a
+    competing process on the last core that is gone afterwards; a duty outside [0, 1) and an unknown switch refused."""
+    chains = _bench_module("bench_layer_chains")
+    path = tmp_path / "chain.tflite"
+    path.write_bytes(chains.chain_tflite(*chains.parse_chain("8,16,p16,d1")))
+    ab = _bench_module("bench_engine_ab")
+    assert ab.main([str(path), "--setting", "set_step_waits", "--a", "true", "--b", "false", "--pairs", "4",
+                    "--tflite", "--competitor", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "competitor 0.2" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("chain.tflite"))
+    assert "bit-equal True" in line and float(line.split("paired a/tflite")[1].split()[0]) > 0
+    means = line.split(" mean ")[1].split()
+    assert means[0::2] == ["True", "False", "tflite"] and all(float(v) > 0 for v in means[1::2])
+    assert subprocess.run(["pgrep", "-f", "duty \\* 0.01"], capture_output=True).returncode == 1  # no spinner left
+    for bad in (["--competitor", "1.5"], ["--setting", "set_nothing"]):
+        with pytest.raises(SystemExit):
+            ab.main([str(path), "--setting", "set_step_waits", "--a", "1", "--b", "0", *bad])
 
 
 def test_the_layer_chain_benchmark_times_both_runtimes_and_a_switched_engine(capsys):
