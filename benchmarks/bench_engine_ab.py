@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     default = flip(None)
     print(f"{args.setting}: a={args.a} b={args.b}, {args.threads} thread(s), {args.pairs} pairs; "
           f"load average {'%.2f %.2f %.2f' % os.getloadavg()}; competitor {args.competitor}", flush=True)
+    if args.tflite:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_engine_cpu import tflite_runner
     spinner = competitor(args.competitor)
     try:
         for path in args.models:
@@ -88,9 +91,6 @@ def main(argv: list[str] | None = None) -> int:
                 outs[v] = np.array(next(iter(s.run(x).values())))
             arms = [(v, lambda v=v: (flip(v), s.run(copy=False))) for v in (args.a, args.b)]
             if args.tflite and path.endswith(".tflite"):
-                sys.path.insert(0, str(Path(__file__).resolve().parent))
-                from bench_engine_cpu import tflite_runner
-
                 arms.append(("tflite", tflite_runner(Path(path).read_bytes(), x, args.threads)[0]))
             times = {name: [] for name, _ in arms}
             for r in range(args.pairs):

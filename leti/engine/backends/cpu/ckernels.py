@@ -51,7 +51,8 @@ SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", 
            "leti_program_threads_supported", "leti_set_avx512", "leti_set_pair512", "leti_set_weights_split",
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
            "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
-           "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed", "leti_set_pair_rows", "leti_set_kc512", "leti_set_step_waits")
+           "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed", "leti_set_pair_rows",
+           "leti_set_kc512", "leti_set_step_waits")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)

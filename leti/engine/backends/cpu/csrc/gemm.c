@@ -453,15 +453,24 @@ micro512x2(const int mr, int64_t kc, const float *restrict a, int64_t lda, const
     STOREZ2(10) STOREZ2(11)
 }
 
-static AVX512 void tile512x2(int64_t rows, int64_t kc, const float *a, int64_t lda, const float *b, const float *b2,
-                             float *y, int64_t ldy, int64_t nr2, int first, int last, const float *bias,
-                             const float *res, int64_t act, const float *pfb, const float *pfb2) {
+/* micro512x2 with its row count made a compile-time constant; the flags stay constants where the caller's are
+ * (pair_rows512), run-time values elsewhere (tile512x2) */
+static inline AVX512 __attribute__((always_inline)) void
+rows512x2(int64_t rows, int64_t kc, const float *a, int64_t lda, const float *b, const float *b2, float *y,
+          int64_t ldy, int64_t nr2, int first, int last, const float *bias, const float *res, int64_t act,
+          const float *pfb, const float *pfb2) {
 #define T2(n) micro512x2(n, kc, a, lda, b, b2, y, ldy, nr2, first, last, bias, res, act, pfb, pfb2); break;
     switch (rows) {
     case 12: T2(12) case 11: T2(11) case 10: T2(10) case 9: T2(9) case 8: T2(8) case 7: T2(7)
     case 6: T2(6) case 5: T2(5) case 4: T2(4) case 3: T2(3) case 2: T2(2) default: T2(1)
     }
 #undef T2
+}
+
+static AVX512 void tile512x2(int64_t rows, int64_t kc, const float *a, int64_t lda, const float *b, const float *b2,
+                             float *y, int64_t ldy, int64_t nr2, int first, int last, const float *bias,
+                             const float *res, int64_t act, const float *pfb, const float *pfb2) {
+    rows512x2(rows, kc, a, lda, b, b2, y, ldy, nr2, first, last, bias, res, act, pfb, pfb2);
 }
 
 static int pair512 = -1;
@@ -528,13 +537,7 @@ pair_rows512(const int first, const int last, int64_t i0, int64_t m, int64_t n, 
         const float *ai = a + i * lda + k0;
         for (int64_t q = q0; q < qt; q += 2) {
             const float *bq = bp + (q * k + k0) * NR, *bs = bias ? bias + q * NR : 0;
-            float *yq = y + i * ldy + q * NR;
-#define P2(r) micro512x2(r, kc, ai, lda, bq, bq + k * NR, yq, ldy, NR, first, last, bs, 0, act, 0, 0); break;
-            switch (rows) {
-            case 12: P2(12) case 11: P2(11) case 10: P2(10) case 9: P2(9) case 8: P2(8) case 7: P2(7)
-            case 6: P2(6) case 5: P2(5) case 4: P2(4) case 3: P2(3) case 2: P2(2) default: P2(1)
-            }
-#undef P2
+            rows512x2(rows, kc, ai, lda, bq, bq + k * NR, y + i * ldy + q * NR, ldy, NR, first, last, bs, 0, act, 0, 0);
         }
         if (qt < q1) tail512(rows, n, k, k0, kc, first, last, qt, q1, ai, lda, bp, y + i * ldy, ldy, bias, act);
     }
