@@ -99,7 +99,7 @@ class CPUBackend(Backend):
         except ValueError:  # an operand the kernels cannot read in place (a strided constant): step by step
             return None
         if sole_reader and self.options.get("fuse", True):
-            records, owners = native.fuse_products_into_depthwise(records, owners, sole_reader)
+            records, owners = native.fuse_products_into_depthwise(records, owners, sole_reader, self._threads())
         return native.Program(records, runner[0], owners) if records else None
 
     def fusion(self, prev, st, sole_reader: set[str], nbytes: dict[str, int]) -> tuple[list[str], list[str]]:
@@ -111,9 +111,14 @@ class CPUBackend(Backend):
         if (not self.options.get("fuse", True) or prev.backend is not self or st.backend is not self
                 or st.op != "depthwise_conv2d" or prev.op != "conv2d" or not prev.inputs
                 or prev.outputs[0] != st.inputs[0] or st.inputs[0] not in sole_reader
-                or nbytes.get(st.inputs[0], 0) < native.FUSE_MIN_BYTES or not self._fusible(prev, st)):
+                or nbytes.get(st.inputs[0], 0) < native.FUSE_MIN_BYTES or not self._fusible(prev, st)
+                or not native.fuse_pays(st.ctx.in_shapes[0][1], self._threads())):
             return [], []
         return [prev.inputs[0]], [prev.outputs[0]]
+
+    def _threads(self) -> int:
+        """The threads this backend's programs run on (numba's pool where it was given none)."""
+        return min(self.threads, numba.config.NUMBA_NUM_THREADS) if self.threads else numba.config.NUMBA_NUM_THREADS
 
     @staticmethod
     def _fusible(prev, st) -> bool:

@@ -22,6 +22,12 @@ RECORD = 20
 #: the least bytes of a 1×1 convolution's output for :func:`fuse_products_into_depthwise` to fuse it with the depthwise
 #: convolution that reads it: what fits the core's L2 gains nothing from bands
 FUSE_MIN_BYTES = 512 * 1024
+#: the least input rows of the depthwise convolution for a pair to fuse on more than one thread. Why: a fused step splits
+#: its rows in one part per thread, each computing the product rows it shares with the next (2 of 28 at stride 1), and
+#: its parts cannot be stolen; two threads, isolated chains against the same pair unfused (``bench_layer_chains``
+#: models through ``arms``-style pairs, Zen 5, session 45): 28 × 28 × 128 → 256 then 3×3 1.05× the unfused time,
+#: 28 × 28 × 256 → 256 then 3×3 / 2 1.06×, 56 × 56 and 112 × 112 pairs 0.99-1.01× (one thread: alike)
+FUSE_MIN_ROWS_THREADED = 56
 #: the unary kinds of ``leti_unary`` (``csrc/pointwise.c``); 1 and 2 are also the fused activations' codes
 UNARY_CODE = {"relu": 1, "relu6": 2, "sigmoid": 3, "hard_swish": 4, "hard_sigmoid": 5}
 
@@ -193,8 +199,13 @@ def gemv(x, wp, y, bias, has_bias: bool, act: int) -> list[list[int]]:
     return [[GEMV, _addr(x), _addr(wp), _addr(y), _addr(bias) if has_bias else 0, k, n, act]]
 
 
-def fuse_products_into_depthwise(records: list[list[int]], owners: list,
-                                  sole_reader: set[str]) -> tuple[list[list[int]], list]:
+def fuse_pays(rows: int, threads: int) -> bool:
+    """Whether a product and the 3×3 depthwise convolution over its ``rows`` rows fuse on ``threads`` threads."""
+    return threads <= 1 or rows >= FUSE_MIN_ROWS_THREADED
+
+
+def fuse_products_into_depthwise(records: list[list[int]], owners: list, sole_reader: set[str],
+                                 threads: int = 1) -> tuple[list[list[int]], list]:
     """Each product record (a 1×1 convolution) followed by the 3×3 depthwise record that reads its output, where that
     output is read by nothing else (``sole_reader``: the tensors one step alone reads and the graph does not return),
     holds at least :data:`FUSE_MIN_BYTES` and the depthwise output does not overlap the product's input, becomes one
@@ -210,7 +221,7 @@ def fuse_products_into_depthwise(records: list[list[int]], owners: list,
             m, n, k, a, lda, bp, y, ldy, bias, res, act = r[1:12]
             x, yd, w9, dbias, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, dact, rows = d[1:18]
             ok = (y == x and ldy == n == c and not res and rows == oh and m == h * wd and dh == dw == 1
-                  and m * n * 4 >= FUSE_MIN_BYTES and len(owners[i].outputs) == 1
+                  and m * n * 4 >= FUSE_MIN_BYTES and fuse_pays(h, threads) and len(owners[i].outputs) == 1
                   and owners[i].outputs[0] in sole_reader and owners[i + 1].inputs[0] == owners[i].outputs[0]
                   and (yd + oh * ow * c * 4 <= a or a + m * lda * 4 <= yd))
             if ok:
