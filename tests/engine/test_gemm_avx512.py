@@ -1,5 +1,6 @@
-"""The AVX-512 products' loop and blocking (leti/engine/backends/cpu/csrc/gemm.c, session 44): the lean row loop
-against the general one, bit for bit, and every k block length against NumPy. Skipped on hosts without avx512f,
+"""The AVX-512 products' loop and blocking (leti/engine/backends/cpu/csrc/gemm.c, sessions 44-45): the lean row loop
+and the 6 x 64 tiles of few inner products against the general loop, bit for bit, and every k block length against
+NumPy. Skipped on hosts without avx512f,
 where neither runs."""
 
 import numpy as np
@@ -66,3 +67,38 @@ def test_avx512_k_block_choices_all_give_the_product(rng, kc):
     finally:
         ckernels.set_kc512(was)
     assert ckernels.set_kc512(None) == was
+
+
+@needs_leti
+@pytest.mark.parametrize("rows, k, n", [
+    (100, 32, 64),    # one group of four panels
+    (37, 16, 80),     # a group, then one panel through the 12 x 32 tiles
+    (50, 96, 200),    # three groups and a partial panel past them; k at the limit
+    (7, 64, 384),     # one row tile of 6 and one of 1
+    (13, 97, 64),     # k past the limit: the 12 x 32 tiles alone
+])
+@pytest.mark.parametrize("residual", [False, True])
+def test_quad_tiles_of_few_inner_products_are_the_pair_tiles_bit_for_bit(rng, rows, k, n, residual):
+    """Products of at most 96 inner products run whole 64s of columns in 6 x 64 tiles (csrc/gemm.c, quads512); turned
+    off (ckernels.set_quad512) they take the 12 x 32 tiles. Same sums with the bias, ReLU6 and residual, columns past
+    the last 64 included; a product split by columns over threads gives them too."""
+    if not ckernels.set_avx512(None):
+        pytest.skip("the 6 x 64 tiles are AVX-512 products; this CPU has no avx512f")
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((rows, n)).astype(np.float32)
+    ref = np.clip(_ref(a, w, bias, 0) + (res if residual else 0), 0, 6)
+    was, out = ckernels.set_quad512(None), {}
+    try:
+        for on, threads in ((True, 1), (False, 1), (True, 2)):
+            assert ckernels.set_quad512(on) == on
+            y = np.full((rows, n), np.nan, np.float32)
+            G.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n), True, 2, threads,
+                                 res if residual else np.zeros((1, 1), np.float32), residual)
+            assert rel_err(y, ref) < TOL
+            out[on, threads] = y
+    finally:
+        ckernels.set_quad512(was)
+    np.testing.assert_array_equal(out[True, 1], out[False, 1])
+    np.testing.assert_array_equal(out[True, 2], out[False, 1])

@@ -52,7 +52,7 @@ SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", 
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
            "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
            "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed", "leti_set_pair_rows",
-           "leti_set_kc512", "leti_set_step_waits")
+           "leti_set_kc512", "leti_set_step_waits", "leti_set_quad512")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -216,6 +216,12 @@ def set_pair_rows(on: bool | None) -> bool:
 def set_kc512(kc: int | None) -> int:
     """The AVX-512 products' k block (``csrc/gemm.c``; default 512); ``None`` only asks. Returns the value in force."""
     return int(_setting("leti_set_kc512", -1 if kc is None else int(kc)))
+
+
+def set_quad512(on: bool | None) -> bool:
+    """Ask for the AVX-512 products of at most 96 inner products in tiles of 6 rows × 64 columns (``csrc/gemm.c``,
+    ``quads512``; the default) or in the 12 × 32 tiles of the rest; ``None`` only asks. The same sums bit for bit."""
+    return _flag("leti_set_quad512", on)
 
 
 def set_step_waits(on: bool | None) -> bool:

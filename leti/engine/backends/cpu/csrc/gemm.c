@@ -555,6 +555,88 @@ PAIR_ROWS(0, 1)
 PAIR_ROWS(0, 0)
 #undef PAIR_ROWS
 
+/* ---- Tiles of 6 rows x 64 columns for products of few inner products (session 45) ----------------------------------
+ * With k <= QUAD_MAX_K (a 1x1 convolution over 16-96 channels: MobileNets' first expansions) a 12 x 32 tile spends a
+ * large share of its time outside its FMAs (the bias, activation and 24 stores per 12 x 32 x k FMAs) and broadcasts
+ * each element of a twice per 64 columns. Four panels under six rows: the same 24 accumulators, per k step six
+ * broadcasts and four loads of B for 24 FMAs (12 + 2 with the pair), each row's 64 outputs stored as four whole lines.
+ * One thread, warm, a C harness built with the library's flags (Zen 5): 12544 x 32 x 64 194 -> 207 GFLOP/s, 3136 x 64
+ * x 128 222 -> 231, 12544 x 16 x 64 169 -> 185, 196 x 64 x 384 223 -> 238, 196 x 96 x 576 222 -> 227; at k = 128 and
+ * more no better (3136 x 128 x 128 +1.5 %, 784 x 128 x 256 -0.4 %). Whole k (k <= QUAD_MAX_K < every k block), each
+ * output the same FMAs in the same order as every other tile's: the same sums bit for bit whatever the columns' split.
+ * The columns past the last whole 64 take the tiles below. leti_set_quad512(0) turns it off. */
+#define QUAD_MAX_K 96
+static int quad512 = 1;
+
+/* the 6 x 64 tiles on (1) or off (0), or only ask (< 0) */
+int64_t leti_set_quad512(int64_t on) {
+    if (on >= 0) quad512 = (int)on;
+    return quad512;
+}
+
+#define Q4ZERO(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0;
+#define Q4FMA(r)                                                                                    \
+    if (mr > r) {                                                                                   \
+        __m512 av = _mm512_set1_ps(a##r[p]);                                                        \
+        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                 \
+        c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                 \
+        c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                                 \
+        c##r##3 = _mm512_fmadd_ps(av, b3, c##r##3);                                                 \
+    }
+#define Q4STORE(r)                                                                                  \
+    if (mr > r) {                                                                                   \
+        float *yr = y + r * ldy;                                                                    \
+        if (res) {                                                                                  \
+            const float *rr = res + r * ldy;                                                        \
+            c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(rr));                                  \
+            c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(rr + NR));                             \
+            c##r##2 = _mm512_add_ps(c##r##2, _mm512_loadu_ps(rr + 2 * NR));                         \
+            c##r##3 = _mm512_add_ps(c##r##3, _mm512_loadu_ps(rr + 3 * NR));                         \
+        }                                                                                           \
+        _mm512_storeu_ps(yr, activate512(_mm512_add_ps(c##r##0, bias0), act));                      \
+        _mm512_storeu_ps(yr + NR, activate512(_mm512_add_ps(c##r##1, bias1), act));                 \
+        _mm512_storeu_ps(yr + 2 * NR, activate512(_mm512_add_ps(c##r##2, bias2), act));             \
+        _mm512_storeu_ps(yr + 3 * NR, activate512(_mm512_add_ps(c##r##3, bias3), act));             \
+    }
+
+/* mr (compile-time) rows of a against four panels (b, the first; bstride floats apart), whole k, the epilogue of the
+ * pair's last k block (the residual, then the bias and activation) */
+static inline AVX512 __attribute__((always_inline)) void
+micro512x4(const int mr, int64_t k, const float *restrict a, int64_t lda, const float *restrict b, int64_t bstride,
+           float *restrict y, int64_t ldy, const float *bias, const float *res, int64_t act) {
+    Q4ZERO(0) Q4ZERO(1) Q4ZERO(2) Q4ZERO(3) Q4ZERO(4) Q4ZERO(5)
+    const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a, *a3 = mr > 3 ? a + 3 * lda : a;
+    const float *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
+    for (int64_t p = 0; p < k; ++p) {
+        const float *bk = b + p * NR;
+        __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + bstride), b2 = _mm512_loadu_ps(bk + 2 * bstride);
+        __m512 b3 = _mm512_loadu_ps(bk + 3 * bstride);
+        Q4FMA(0) Q4FMA(1) Q4FMA(2) Q4FMA(3) Q4FMA(4) Q4FMA(5)
+    }
+    __m512 bias0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    __m512 bias1 = bias ? _mm512_loadu_ps(bias + NR) : _mm512_setzero_ps();
+    __m512 bias2 = bias ? _mm512_loadu_ps(bias + 2 * NR) : _mm512_setzero_ps();
+    __m512 bias3 = bias ? _mm512_loadu_ps(bias + 3 * NR) : _mm512_setzero_ps();
+    Q4STORE(0) Q4STORE(1) Q4STORE(2) Q4STORE(3) Q4STORE(4) Q4STORE(5)
+}
+
+/* columns 0..64 quads - 1 of y = act(a . B + bias + res), k <= QUAD_MAX_K: rows in balanced tiles of at most 6 */
+static AVX512 void quads512(int64_t m, int64_t quads, int64_t k, const float *a, int64_t lda, const float *bp,
+                            float *y, int64_t ldy, const float *bias, const float *res, int64_t act) {
+    for (int64_t i = 0, rows; i < m; i += rows) {
+        int64_t left = m - i, tiles_left = (left + 5) / 6;
+        rows = (left + tiles_left - 1) / tiles_left;
+        for (int64_t q = 0; q < quads; ++q) {
+            const float *ai = a + i * lda, *bq = bp + 4 * q * k * NR, *bs = bias ? bias + 4 * q * NR : 0;
+            const float *rs = res ? res + i * ldy + 4 * q * NR : 0;
+            float *yq = y + i * ldy + 4 * q * NR;
+#define Q4(R) case R: micro512x4(R, k, ai, lda, bq, k * NR, yq, ldy, bs, rs, act); break;
+            switch (rows) { Q4(6) Q4(5) Q4(4) Q4(3) Q4(2) default: Q4(1) }
+#undef Q4
+        }
+    }
+}
+
 /* The AVX-512 products' k block: 512 (a 12-row tile's 24 KiB of a stay in the 48 KiB L1 while a pair of panels'
  * 64 KiB of weights stream from L2, and y is read back half as often as with 256). Paired in one process against 256
  * (Zen 5, benchmarks' arms of leti_set_kc512, 80 rounds): MobileNet v1 0.977-0.989 / 0.973-0.986 the time (one / two
@@ -701,6 +783,12 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
  * the whole product's bit for bit: a native program's product run in bands (program.c, STEP_GEMM_DWCONV) */
 void leti_sgemm_part(int64_t m_whole, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
                      float *y, int64_t ldy, const float *bias, const float *res, int64_t act) {
+    if (quad512 && k <= QUAD_MAX_K && n >= 4 * NR && avx512_on()) { /* whole 64s of columns by 6 x 64 tiles */
+        int64_t done = n / (4 * NR) * 4 * NR;
+        quads512(m, done / (4 * NR), k, a, lda, bp, y, ldy, bias, res, act);
+        if (done == n) return;
+        n -= done, bp += done * k, y += done, bias = bias ? bias + done : 0, res = res ? res + done : 0;
+    }
     int64_t panels = (n + NR - 1) / NR;
     if (m_whole > FULL_MIN_ROWS && k <= FULL_MAX_K && !avx512_on() &&
         (full_k > 0 || (full_k < 0 && leti_set_full_k(-1)))) {
