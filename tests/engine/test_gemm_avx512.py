@@ -12,6 +12,28 @@ from tests.engine.conftest import rel_err
 from tests.engine.test_ckernels import TOL, _ref, needs_leti
 
 
+def _products_under(rng, rows, k, n, residual, switch, arms) -> dict:
+    """relu6(a @ w + bias [+ res]) of random operands under each (setting, threads) arm of a ckernels ``switch``, each
+    checked against NumPy; the switch's setting restored after."""
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((rows, n)).astype(np.float32)
+    ref = np.clip(_ref(a, w, bias, 0) + (res if residual else 0), 0, 6)
+    was, out = switch(None), {}
+    try:
+        for on, threads in arms:
+            assert switch(on) == on
+            y = np.full((rows, n), np.nan, np.float32)
+            G.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n), True, 2, threads,
+                                 res if residual else np.zeros((1, 1), np.float32), residual)
+            assert rel_err(y, ref) < TOL
+            out[on, threads] = y
+    finally:
+        switch(was)
+    return out
+
+
 @needs_leti
 @pytest.mark.parametrize("rows, k, n", [
     (100, 32, 64),     # one k block, two full pairs
@@ -26,23 +48,8 @@ def test_lean_row_loop_is_the_general_loop_bit_for_bit(rng, rows, k, n, residual
     not with a residual); turned off (ckernels.set_pair_rows) every tile takes the general loop. Same sums."""
     if not ckernels.set_avx512(None):
         pytest.skip("the lean loop is in the AVX-512 products; this CPU has no avx512f")
-    a = rng.standard_normal((rows, k)).astype(np.float32)
-    w = rng.standard_normal((k, n)).astype(np.float32)
-    bias = rng.standard_normal(n).astype(np.float32)
-    res = rng.standard_normal((rows, n)).astype(np.float32)
-    ref = np.clip(_ref(a, w, bias, 0) + (res if residual else 0), 0, 6)
-    was, out = ckernels.set_pair_rows(None), {}
-    try:
-        for on in (True, False):
-            assert ckernels.set_pair_rows(on) == on
-            y = np.full((rows, n), np.nan, np.float32)
-            G.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n), True, 2, 1,
-                                 res if residual else np.zeros((1, 1), np.float32), residual)
-            assert rel_err(y, ref) < TOL
-            out[on] = y
-    finally:
-        ckernels.set_pair_rows(was)
-    np.testing.assert_array_equal(out[True], out[False])
+    out = _products_under(rng, rows, k, n, residual, ckernels.set_pair_rows, ((True, 1), (False, 1)))
+    np.testing.assert_array_equal(out[True, 1], out[False, 1])
 
 
 @needs_leti
@@ -84,21 +91,6 @@ def test_quad_tiles_of_few_inner_products_are_the_pair_tiles_bit_for_bit(rng, ro
     the last 64 included; a product split by columns over threads gives them too."""
     if not ckernels.set_avx512(None):
         pytest.skip("the 6 x 64 tiles are AVX-512 products; this CPU has no avx512f")
-    a = rng.standard_normal((rows, k)).astype(np.float32)
-    w = rng.standard_normal((k, n)).astype(np.float32)
-    bias = rng.standard_normal(n).astype(np.float32)
-    res = rng.standard_normal((rows, n)).astype(np.float32)
-    ref = np.clip(_ref(a, w, bias, 0) + (res if residual else 0), 0, 6)
-    was, out = ckernels.set_quad512(None), {}
-    try:
-        for on, threads in ((True, 1), (False, 1), (True, 2)):
-            assert ckernels.set_quad512(on) == on
-            y = np.full((rows, n), np.nan, np.float32)
-            G.gemm_leti_bias_act(a, ckernels.pack(w), y, ckernels.pad_bias(bias, n), True, 2, threads,
-                                 res if residual else np.zeros((1, 1), np.float32), residual)
-            assert rel_err(y, ref) < TOL
-            out[on, threads] = y
-    finally:
-        ckernels.set_quad512(was)
+    out = _products_under(rng, rows, k, n, residual, ckernels.set_quad512, ((True, 1), (False, 1), (True, 2)))
     np.testing.assert_array_equal(out[True, 1], out[False, 1])
     np.testing.assert_array_equal(out[True, 2], out[False, 1])
