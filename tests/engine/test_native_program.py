@@ -1,6 +1,8 @@
 """Runs of C-kernel steps executed as one native program (backends/cpu/native.py, csrc/program.c): the same
 outputs, bit for bit, as the same steps run one by one, at one and two threads."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,17 @@ from leti.engine.graph import Graph
 from leti.engine.reference import run_reference
 from leti.engine.session import Session
 from tests.engine.conftest import rel_err
+
+
+@contextlib.contextmanager
+def _restored(*switches):
+    """Each ``ckernels.set_*`` switch given back the value it had on entry, however the block ends."""
+    old = [switch(None) for switch in switches]
+    try:
+        yield
+    finally:
+        for switch, value in zip(switches, old):
+            switch(value)
 
 needs_program = pytest.mark.skipif(ckernels.program_runner() is None or not ckernels.program_runner()[1],
                                    reason=f"LETI's C kernels or OpenMP unavailable here: {ckernels.reason}")
@@ -124,13 +137,11 @@ def test_products_split_by_weight_panels_match_row_splits(rng, split):
     c.add("conv2d", [c.w(1, 1, 520, 64, scale=0.05), c.w(64)], padding="same")
     c.add("conv2d", [c.w(1, 1, 64, 368), c.w(368)], padding="same", activation="relu")
     g = c.graph()
-    old = ckernels.set_weights_split(split)
-    try:
+    with _restored(ckernels.set_weights_split):
+        ckernels.set_weights_split(split)
         fused, single = _sessions(g, 2)
         x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
         a, b = fused.run({"x": x})[g.outputs[0]], single.run({"x": x})[g.outputs[0]]
-    finally:
-        ckernels.set_weights_split(old)
     assert np.array_equal(a, b)
     assert rel_err(a, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
 
@@ -145,17 +156,13 @@ def test_panel_split_products_cut_into_row_chunks_give_the_panel_chunks_bit_for_
     c.add("conv2d", [c.w(1, 1, 512, 520, scale=0.05), c.w(520)], padding="same", activation="relu6")
     g = c.graph()
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
-    old_rows, old_k = ckernels.set_panel_rows(None), ckernels.set_steal_chunks(None)
-    try:
-        outs = {}
+    outs = {}
+    with _restored(ckernels.set_panel_rows, ckernels.set_steal_chunks):
         for rows in (True, False):
             for k in (8, 1):
                 assert ckernels.set_panel_rows(rows) is rows and ckernels.set_steal_chunks(k) == k
                 fused, single = _sessions(g, threads)
                 outs[rows, k] = fused.run({"x": x})[g.outputs[0]]
-    finally:
-        ckernels.set_panel_rows(old_rows)
-        ckernels.set_steal_chunks(old_k)
     assert all(np.array_equal(outs[True, 8], o) for o in outs.values())
     assert np.array_equal(outs[True, 8], single.run({"x": x})[g.outputs[0]])
     assert rel_err(outs[True, 8], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
@@ -170,15 +177,12 @@ def test_steps_cut_into_stolen_chunks_give_the_fixed_split_bit_for_bit(rng, thre
     numba steps', and the reference."""
     g = _network(rng, 1)
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
-    old = ckernels.set_steal_chunks(None)
-    try:
-        outs = {}
+    outs = {}
+    with _restored(ckernels.set_steal_chunks):
         for k in (1, 3, 8):
             assert ckernels.set_steal_chunks(k) == k
             fused, single = _sessions(g, threads)
             outs[k] = fused.run({"x": x})[g.outputs[0]]
-    finally:
-        ckernels.set_steal_chunks(old)
     assert np.array_equal(outs[1], outs[3]) and np.array_equal(outs[1], outs[8])
     assert np.array_equal(outs[8], single.run({"x": x})[g.outputs[0]])
     assert rel_err(outs[8], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
@@ -193,17 +197,13 @@ def test_steps_waiting_on_finished_chunks_give_the_barriers_output_bit_for_bit(r
     give the barriers' output bit for bit, and the reference's."""
     g = _network(rng, 1)
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
-    old_w, old_k = ckernels.set_step_waits(None), ckernels.set_steal_chunks(None)
-    try:
-        outs = {}
+    outs = {}
+    with _restored(ckernels.set_step_waits, ckernels.set_steal_chunks):
         for waits in (False, True):
             for k in (1, 8):
                 assert ckernels.set_step_waits(waits) is waits and ckernels.set_steal_chunks(k) == k
                 fused, _ = _sessions(g, threads)
                 outs[waits, k] = [fused.run({"x": x})[g.outputs[0]].copy() for _ in range(30)]
-    finally:
-        ckernels.set_step_waits(old_w)
-        ckernels.set_steal_chunks(old_k)
     first = outs[False, 1][0]
     assert all(np.array_equal(first, o) for runs in outs.values() for o in runs)
     assert rel_err(first, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
@@ -220,16 +220,13 @@ def test_grouped_windows_split_by_rows_and_groups_match_row_splits(rng, nb):
     c.add("grouped_conv2d", [c.w(3, 3, 8, 20, scale=0.2), c.w(20)], strides=[2, 2], padding="same", groups=5)
     g = c.graph()
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
-    old = ckernels.set_window_units(None)
-    try:
-        outs = {}
+    outs = {}
+    with _restored(ckernels.set_window_units):
         for units in (True, False):
             ckernels.set_window_units(units)
             fused, single = _sessions(g, 2)
             outs[units] = fused.run({"x": x})[g.outputs[0]]
         b = single.run({"x": x})[g.outputs[0]]
-    finally:
-        ckernels.set_window_units(old)
     assert np.array_equal(outs[True], outs[False]) and np.array_equal(outs[True], b)
     assert rel_err(outs[True], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
 
@@ -532,14 +529,11 @@ def test_a_product_fused_into_the_depthwise_convolution_after_it_gives_the_same_
     fused = Session(g, backends=(CPUBackend(threads=threads),)).resize()
     assert _fused_records(plain) == 0 and _fused_records(fused) == 1
     want = plain.run({"x": x})[g.outputs[0]].copy()
-    old = ckernels.set_fuse_band_kb(None)
-    try:
+    with _restored(ckernels.set_fuse_band_kb):
         for kb in (1, 16, 0):
             assert ckernels.set_fuse_band_kb(kb) == kb
             for _ in range(2):
                 assert np.array_equal(fused.run({"x": x})[g.outputs[0]], want), kb
-    finally:
-        ckernels.set_fuse_band_kb(old)
     assert rel_err(want, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
 
 

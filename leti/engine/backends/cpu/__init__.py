@@ -73,7 +73,7 @@ class CPUBackend(Backend):
 
     def begin_run(self) -> None:
         if self.threads:
-            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+            numba.set_num_threads(self._threads())
         if not self._holds_blas:
             _acquire_blas_limit()
             self._holds_blas = True

@@ -24,8 +24,8 @@ RECORD = 20
 FUSE_MIN_BYTES = 512 * 1024
 #: the least input rows of the depthwise convolution for a pair to fuse on more than one thread. Why: a fused step splits
 #: its rows in one part per thread, each computing the product rows it shares with the next (2 of 28 at stride 1), and
-#: its parts cannot be stolen; two threads, isolated chains against the same pair unfused (``bench_layer_chains``
-#: models through ``arms``-style pairs, Zen 5, session 45): 28 × 28 × 128 → 256 then 3×3 1.05× the unfused time,
+#: its parts cannot be stolen; two threads, ``bench_layer_chains`` models of one pair each, fused against unfused in
+#: one process (blocks of 10 runs, alternating; Zen 5, session 45): 28 × 28 × 128 → 256 then 3×3 1.05× the unfused time,
 #: 28 × 28 × 256 → 256 then 3×3 / 2 1.06×, 56 × 56 and 112 × 112 pairs 0.99-1.01× (one thread: alike)
 FUSE_MIN_ROWS_THREADED = 56
 #: the unary kinds of ``leti_unary`` (``csrc/pointwise.c``); 1 and 2 are also the fused activations' codes
