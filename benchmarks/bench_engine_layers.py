@@ -1,4 +1,4 @@
-"""MobileNet v1/v2's layers one at a time: LETI's engine against TFLite (XNNPACK), paired in one process.
+"""MobileNet v1/v2's (or RegNetX-200MF's) layers one at a time: LETI's engine against TFLite (XNNPACK), paired in one process.
 
     PYTHONPATH=. python benchmarks/bench_engine_layers.py --model v1 --threads 1 --pairs 60
 
@@ -43,6 +43,8 @@ def layers(model: str):
             out += [K("depthwise_conv2d", h, h, c, 0, 3, st, activation=r6),
                     K("conv2d", h // st, h // st, c, o, activation=r6)]
         return out
+    if model not in ("v2", "regnetx"):
+        raise ValueError(f"no such model: {model}")
     # MobileNet v2: (map, expanded channels, stride, projected channels) of each block's depthwise and products
     out = [K("conv2d", 224, 224, 3, 32, 3, 2, activation=r6),
            K("depthwise_conv2d", 112, 112, 32, 0, 3, 1, activation=r6), K("conv2d", 112, 112, 32, 16)]
@@ -52,7 +54,19 @@ def layers(model: str):
         o = h // s
         out += [K("conv2d", h, h, cin, e, activation=r6), K("depthwise_conv2d", h, h, e, 0, 3, s, activation=r6),
                 K("conv2d", o, o, e, cout)]
-    return out + [K("conv2d", 7, 7, 320, 1280, activation=r6)]
+    if model == "v2":
+        return out + [K("conv2d", 7, 7, 320, 1280, activation=r6)]
+    # RegNetX-200MF (the zoo's builder): per stage (input map, channels in, channels out) of its first block, which
+    # strides by 2 (1x1 to the new width, 3x3 grouped in groups of 8, 1x1, and the 1x1 / 2 shortcut), then the later
+    # blocks' layers at the stage's map
+    out = [K("conv2d", 224, 224, 3, 32, 3, 2, activation="relu")]
+    for h, cin, c in ((112, 32, 24), (56, 24, 56), (28, 56, 152), (14, 152, 368)):
+        o = h // 2
+        out += [K("conv2d", h, h, cin, c, activation="relu"), K("grouped_conv2d", h, h, c, c, 3, 2, groups=c // 8,
+                                                                 activation="relu"),
+                K("conv2d", o, o, c, c), K("conv2d", h, h, cin, c, 1, 2),
+                K("grouped_conv2d", o, o, c, c, 3, 1, groups=c // 8, activation="relu")]
+    return out
 
 
 def timed(fn, block: int) -> float:
@@ -74,7 +88,7 @@ def main() -> None:
     from leti.models.tflite import convert_keras
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", choices=("v1", "v2"), default="v1")
+    ap.add_argument("--model", choices=("v1", "v2", "regnetx"), default="v1")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pairs", type=int, default=60)
     ap.add_argument("--work", default="", help="folder for the single-layer .tflite files (default: a temporary one)")

@@ -337,6 +337,50 @@ def test_leti_grouped_window_matches_per_group_convolutions(rng, threads, h, wd,
 
 
 @needs_leti
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("h, wd, groups, ci, co, stride, pads, out_hw, act, has_res", [
+    (7, 7, 6, 8, 8, (1, 1), (1, 1), (7, 7), 1, False),       # RegNet's last stage: every row and pixel at a border
+    (14, 14, 5, 8, 8, (2, 2), (0, 0), (7, 7), 1, True),      # 'same' at stride 2 pads after: the last row and pixel
+    (5, 28, 3, 8, 8, (1, 1), (1, 1), (5, 28), 0, True),      # 28 pixels as 10 + 9 + 9: only the end tiles skip taps
+    (4, 5, 2, 8, 6, (1, 1), (1, 1), (4, 5), 2, False),       # 5 pixels, one tile skipping taps at both ends
+    (3, 1, 4, 8, 8, (1, 1), (1, 1), (3, 1), 1, False),       # one pixel a row: padding left, right, above and below
+    (9, 9, 3, 4, 8, (2, 2), (1, 1), (5, 5), 2, True),        # 4 inputs a group, pads before and after at stride 2
+    (6, 6, 2, 8, 8, (1, 1), (2, 2), (6, 6), 1, False),       # 5x5 window, two pixels of padding: the padded copies
+])
+def test_grouped_windows_read_in_place_give_the_padded_copies_bit_for_bit(rng, threads, h, wd, groups, ci, co, stride,
+                                                                          pads, out_hw, act, has_res):
+    """The AVX2 grouped windows of at most 8 columns a group read their input in place and skip the taps that would
+    read padding (csrc/window_edges.c): a product of zero changes no bit of the sum, so the outputs must be those of
+    the padded copies (ckernels.set_edge_windows(False)) bit for bit, and the per-group convolutions' within TOL."""
+    kh = kw = 5 if pads == (2, 2) else 3
+    (sh, sw), (pt, pl), (oh, ow) = stride, pads, out_hw
+    x = rng.standard_normal((1, h, wd, groups * ci)).astype(np.float32)
+    w = rng.standard_normal((kh, kw, ci, groups * co)).astype(np.float32)
+    b = rng.standard_normal(groups * co).astype(np.float32)
+    res = rng.standard_normal((1, oh, ow, groups * co)).astype(np.float32)
+    stack = w.reshape(kh * kw * ci, groups, co).transpose(1, 0, 2)
+    bias = np.stack([ckernels.pad_bias(b[g * co:(g + 1) * co], co) for g in range(groups)])
+    ref = np.concatenate([_conv_ref(x[..., g * ci:(g + 1) * ci], w[..., g * co:(g + 1) * co], b[g * co:(g + 1) * co],
+                                    stride, pads, out_hw, act, res[..., g * co:(g + 1) * co] if has_res else None)
+                          for g in range(groups)], axis=-1)
+    was512, was = ckernels.set_avx512(None), ckernels.set_edge_windows(None)
+    out = {}
+    try:
+        ckernels.set_avx512(False)
+        for on in (True, False):
+            assert ckernels.set_edge_windows(on) == on
+            out[on] = y = np.full((1, oh, ow, groups * co), np.nan, np.float32)
+            G.conv_window_leti(x, G.NO_PADDING, ckernels.pack(stack), y, bias, True,
+                               res if has_res else np.zeros((1, 1), np.float32), has_res, groups, kh, kw, sh, sw, pt,
+                               pl, act, threads)
+    finally:
+        ckernels.set_avx512(was512)
+        ckernels.set_edge_windows(was)
+    assert rel_err(out[True], ref) < TOL
+    assert np.array_equal(out[True], out[False])
+
+
+@needs_leti
 @pytest.mark.parametrize("rows, k, n", [
     (300, 40, 152),   # whole-k row blocks: four pairs, then a panel and a half one in 4 x 24 tiles
     (150, 32, 24),    # RegNetX's 24 channels: 4 x 24 tiles only (37 of 4 rows and 2)

@@ -52,7 +52,7 @@ SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", 
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
            "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
            "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed", "leti_set_pair_rows",
-           "leti_set_kc512", "leti_set_step_waits", "leti_set_quad512")
+           "leti_set_kc512", "leti_set_step_waits", "leti_set_quad512", "leti_set_edge_windows")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -171,6 +171,13 @@ def set_wide_tail(on: bool | None) -> bool:
     """Ask for the last full panel and an 8-column one after it (n = 24, 56, 152) to run in the AVX2 4 x 24 tiles
     (``csrc/gemm.c`` ``micro_24``, the default) or in one-panel and 12-row half-panel tiles; ``None`` only asks."""
     return _flag("leti_set_wide_tail", on)
+
+
+def set_edge_windows(on: bool | None) -> bool:
+    """Ask for the AVX2 grouped windows of at most 8 columns a group to read their input in place, taps on padding
+    skipped (``csrc/window_edges.c``, the default), or through padded copies of the rows under them; ``None`` only
+    asks. The outputs are the same bit for bit."""
+    return _flag("leti_set_edge_windows", on)
 
 
 def set_window_units(on: bool | None) -> bool:

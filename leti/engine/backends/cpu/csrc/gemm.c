@@ -1077,6 +1077,12 @@ static void pad_rows(const float *x, int64_t h, int64_t wd, int64_t cs, int64_t 
 
 #define BORDER_PIXELS 12
 
+/* window_edges.c: grouped windows of at most 8 columns a group read in place, taps on padding skipped */
+int leti_edge_windows_take(int64_t co, int64_t pl, int64_t pr);
+void leti_conv_window_edges(const float *x, int64_t h, int64_t wd, int64_t ci, int64_t groups, int64_t kh, int64_t kw,
+                            int64_t sh, int64_t sw, int64_t pt, int64_t pl, const float *bp, int64_t co, float *y,
+                            int64_t ow, const float *bias, const float *res, int64_t act, int64_t u0, int64_t u1);
+
 /* leti_conv_window's units u0..u1-1 (unit u: output row u / groups, group u % groups) over x itself, the input
  * (h x wd x groups*ci) without a padded copy: a window reading padding (pt, pl, and past the bottom and right edges)
  * reads the rows under it from a copy of just those rows and columns, zeros outside the input, while the pixels whose
@@ -1087,6 +1093,10 @@ void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci,
                               int64_t sh, int64_t sw, int64_t pt, int64_t pl, const float *bp, int64_t co, float *y,
                               int64_t ow, const float *bias, const float *res, int64_t act, int64_t u0, int64_t u1) {
     int64_t panels = (co + NR - 1) / NR, k = kh * kw * ci, cs = groups * ci, ldy = groups * co, wp = (ow - 1) * sw + kw;
+    if (!avx512_on() && leti_edge_windows_take(co, pl, wp - pl - wd)) { /* no copy: taps on padding skipped */
+        leti_conv_window_edges(x, h, wd, ci, groups, kh, kw, sh, sw, pt, pl, bp, co, y, ow, bias, res, act, u0, u1);
+        return;
+    }
     /* the pixels whose windows lie inside the input's columns: lo .. hi-1 */
     int64_t lo = (pl + sw - 1) / sw, hi = wd + pl - kw >= 0 ? (wd + pl - kw) / sw + 1 : 0;
     if (lo > ow) lo = ow;

@@ -449,8 +449,9 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
             int64_t q0 = u * panels / threads, q1 = (u + 1) * panels / threads;
             if (q1 <= q0) return;
             int64_t r0 = j * m / rchunks, r1 = (j + 1) * m / rchunks, cols = MIN(n, q1 * NR) - q0 * NR;
-            leti_sgemm(r1 - r0, cols, k, a + r0 * lda, lda, bp + q0 * k * NR, y + r0 * ldy + q0 * NR, ldy,
-                       bias ? bias + q0 * NR : 0, res ? res + r0 * ldy + q0 * NR : 0, act);
+            /* in the order of the whole product (on AVX2, whole k above 64 rows), whatever the chunk's rows */
+            leti_sgemm_part(m, r1 - r0, cols, k, a + r0 * lda, lda, bp + q0 * k * NR, y + r0 * ldy + q0 * NR, ldy,
+                            bias ? bias + q0 * NR : 0, res ? res + r0 * ldy + q0 * NR : 0, act);
             return;
         }
         /* parts of more than 64 rows keep the whole-k order of the product they cut (gemm.c, FULL_MIN_ROWS): the
