@@ -220,36 +220,44 @@ def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride
 
 
 @needs_leti
-@pytest.mark.parametrize("c, stride", [(512, (1, 1)), (544, (1, 1)), (160, (2, 2)), (128, (2, 1))])
+@pytest.mark.parametrize("c, stride", [(512, (1, 1)), (544, (1, 1)), (1024, (1, 1)), (160, (2, 2)), (128, (2, 1))])
 def test_depthwise3x3_packed_path_gives_the_strips_sums(rng, c, stride):
-    """The pixel-at-a-time path over packed weights (csrc/dwconv.c, dw_pixels_packed) against the kernel with it turned
-    off, on the same weights: the same values (within rounding where the unpacked code sums its taps in another order),
-    no bias (the packed zeros) and a bias alike."""
+    """The pixel-at-a-time path over packed weights (csrc/dwconv.c: dw_pixels_packed on AVX-512 hosts from 256
+    channels, 128 at a stride; dw_pixels_packed8 on AVX2 hosts from 1024, 128 at a stride) against the kernel with it
+    turned off, on the same weights: the same values (within rounding where the unpacked code sums its taps in another
+    order), no bias (the packed zeros) and a bias alike. Where the CPU has AVX-512, the AVX2 packed path must give the
+    AVX-512 one's sums bit for bit (the same order per lane)."""
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
 
-    if not ckernels.set_avx512(None):
-        pytest.skip("the packed path is AVX-512 code; this CPU runs the AVX2 kernels only")
     (sh, sw) = stride
     h, wd = 9, 11
     oh, ow = (h + 2 - 3) // sh + 1, (wd + 2 - 3) // sw + 1
     x = rng.standard_normal((1, h, wd, c)).astype(np.float32)
     w = rng.standard_normal((3, 3, c)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
+    has512 = ckernels.set_avx512(None)
+    avx2_takes = c % 32 == 0 and c >= (128 if stride != (1, 1) else 1024)
+
+    def run(wts, bias, packed: bool, avx512: bool) -> np.ndarray:
+        old, old512 = ckernels.set_dw_packed(packed), ckernels.set_avx512(None)
+        try:
+            ckernels.set_avx512(avx512)
+            y = np.full((1, oh, ow, c), np.nan, np.float32)
+            depthwise3x3_leti(x, wts, b, bias is not None, y, sh, sw, 1, 1, 1, 1, 2, 1)
+        finally:
+            ckernels.set_dw_packed(old)
+            ckernels.set_avx512(old512)
+        return y
+
     for bias in (None, b):
         wts = ckernels.dw3x3_weights(w.reshape(9, c), bias)
-        ys = []
-        for packed in (True, False):
-            old = ckernels.set_dw_packed(packed)
-            try:
-                y = np.full((1, oh, ow, c), np.nan, np.float32)
-                depthwise3x3_leti(x, wts, b, bias is not None, y, sh, sw, 1, 1, 1, 1, 2, 1)
-            finally:
-                ckernels.set_dw_packed(old)
-            ys.append(y)
+        ys = [run(wts, bias, packed, has512) for packed in (True, False)]
         assert not np.isnan(ys[0]).any()
         np.testing.assert_allclose(ys[0], ys[1], rtol=1e-5, atol=1e-5)
         ref = _dw_ref(x, w, b if bias is not None else np.zeros(c, np.float32), stride, (1, 1), (1, 1), (oh, ow), 2)
         assert rel_err(ys[0], ref) < TOL
+        if has512 and avx2_takes:
+            assert np.array_equal(run(wts, bias, True, False), ys[0])
 
 
 def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):
