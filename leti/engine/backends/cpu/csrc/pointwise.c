@@ -8,6 +8,7 @@
  *
  * Every function covers a range of the work (elements, pixels or rows); program.c splits ranges over threads.
  */
+#include <math.h>
 #include <stdint.h>
 
 #include "simd.h"
@@ -29,6 +30,59 @@ static inline __m256 exp8(__m256 x) {
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* e^x for x <= 0: 0 below -87.3, where exp8 clamps (as libm's expf, whose result there is 0 or a denormal) */
+static inline __m256 exp_below0(__m256 x) {
+    return _mm256_and_ps(exp8(x), _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GT_OQ));
+}
+
+/* y[r] = softmax(beta * x[r]) row by row, as kernels.softmax_rows: the row's maximum subtracted, e^ by exp8 eight at a
+ * time (a classifier's 1000 outputs: 0.019 ms with libm's expf one at a time, ~0.002 here), the sum in double */
+void leti_softmax_rows(const float *x, float *y, int64_t rows, int64_t c, float beta) {
+    const __m256 vb = _mm256_set1_ps(beta);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * c;
+        float *yr = y + r * c;
+        int64_t c8 = c & ~(int64_t)7, o;
+        __m256 vm = _mm256_set1_ps(-INFINITY);
+        for (o = 0; o < c8; o += 8) {
+            __m256 v = _mm256_mul_ps(vb, _mm256_loadu_ps(xr + o));
+            _mm256_storeu_ps(yr + o, v);
+            vm = _mm256_max_ps(vm, v);
+        }
+        float lanes[8], m = -INFINITY;
+        _mm256_storeu_ps(lanes, vm);
+        for (int l = 0; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+        for (; o < c; ++o) {
+            yr[o] = beta * xr[o];
+            if (yr[o] > m) m = yr[o];
+        }
+        const __m256 mv = _mm256_set1_ps(m);
+        __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+        for (o = 0; o < c8; o += 8) {
+            __m256 e = exp_below0(_mm256_sub_ps(_mm256_loadu_ps(yr + o), mv));
+            _mm256_storeu_ps(yr + o, e);
+            s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+            s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        }
+        double sl[4], sum = 0.0;
+        _mm256_storeu_pd(sl, _mm256_add_pd(s0, s1));
+        sum = sl[0] + sl[1] + sl[2] + sl[3];
+        if (o < c) { /* the tail, masked: lanes past the row are e^-inf = 0 in the sum and not stored */
+            __m256i mask = lane_mask(c - o);
+            __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(yr + o, mask),
+                                        _mm256_castsi256_ps(mask));
+            __m256 e = _mm256_and_ps(exp_below0(_mm256_sub_ps(v, mv)), _mm256_castsi256_ps(mask));
+            _mm256_maskstore_ps(yr + o, mask, e);
+            float el[8];
+            _mm256_storeu_ps(el, e);
+            for (int l = 0; l < 8; ++l) sum += el[l];
+        }
+        const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+        for (o = 0; o < c8; o += 8) _mm256_storeu_ps(yr + o, _mm256_mul_ps(_mm256_loadu_ps(yr + o), inv));
+        for (; o < c; ++o) yr[o] *= (float)(1.0 / sum);
+    }
 }
 
 /* the unary op `code` of 8 floats: 1 relu, 2 relu6, 3 sigmoid, 4 hard-swish x * relu6(x + 3) / 6 (in NumPy's order

@@ -82,26 +82,8 @@ static void spatial_mean(const float *x, float *y, int64_t nb, int64_t p, int64_
         }
 }
 
-/* y[r] = softmax(beta * x[r]) row by row, as kernels.softmax_rows */
-static void softmax_rows(const float *x, float *y, int64_t rows, int64_t c, float beta) {
-    for (int64_t r = 0; r < rows; ++r) {
-        const float *xr = x + r * c;
-        float *yr = y + r * c, m = -INFINITY;
-        for (int64_t o = 0; o < c; ++o) {
-            float v = beta * xr[o];
-            yr[o] = v;
-            if (v > m) m = v;
-        }
-        double sum = 0.0;
-        for (int64_t o = 0; o < c; ++o) {
-            float e = expf(yr[o] - m);
-            yr[o] = e;
-            sum += e;
-        }
-        float inv = (float)(1.0 / sum);
-        for (int64_t o = 0; o < c; ++o) yr[o] *= inv;
-    }
-}
+/* y[r] = softmax(beta * x[r]) row by row (pointwise.c) */
+void leti_softmax_rows(const float *x, float *y, int64_t rows, int64_t c, float beta);
 
 /* y[o] = act(x . w[:, o] + bias[o]) for the outputs of panels p0..p1-1: a fully connected layer at batch 1, its
  * weights packed as the products' (ckernels.pack: ceil(n/16) panels of k x 16, zero-padded). Why packed and not
@@ -518,7 +500,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
         float beta;
         int32_t bits = (int32_t)s[5];
         memcpy(&beta, &bits, sizeof beta);
-        if (t == 0) softmax_rows(F(1), F(2), s[3], s[4], beta);
+        if (t == 0) leti_softmax_rows(F(1), F(2), s[3], s[4], beta);
         return;
     }
     case STEP_GEMV: { /* x wp y bias k n act: panels of 16 outputs split */
