@@ -523,6 +523,7 @@ def test_a_product_fused_into_the_depthwise_convolution_after_it_gives_the_same_
     k = 300 (more than one k block: the bands take the whole product's order, whole k or k blocks, on AVX2 too)."""
     monkeypatch.setattr(native, "FUSE_MIN_BYTES", 0)
     monkeypatch.setattr(native, "FUSE_MIN_ROWS_THREADED", 0)
+    monkeypatch.setattr(native, "FUSE_WIDE_ROWS_THREADED", 0)
     g = _expand_depthwise(rng, h, w, c_in, c_mid, stride, padding)
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
     plain = Session(g, backends=(CPUBackend(threads=threads, fuse=False),)).resize()
@@ -545,6 +546,7 @@ def test_a_fused_product_output_stays_out_of_the_arena_and_a_step_by_step_run_st
     step-by-step run (the per-op profile) writes and reads: both give the unfused program's bits."""
     monkeypatch.setattr(native, "FUSE_MIN_BYTES", 0)
     monkeypatch.setattr(native, "FUSE_MIN_ROWS_THREADED", 0)
+    monkeypatch.setattr(native, "FUSE_WIDE_ROWS_THREADED", 0)
     g = _expand_depthwise(rng, 24, 20, 16, 96, 2, "same")
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
     plain = Session(g, backends=(CPUBackend(threads=threads, fuse=False),)).resize()
@@ -589,21 +591,22 @@ def test_a_product_read_by_another_step_or_too_small_is_not_fused(rng, monkeypat
 @pytest.mark.parametrize("threads", [2, 3])
 def test_on_more_than_one_thread_a_pair_over_few_rows_is_not_fused(rng, monkeypatch, threads):
     """On more than one thread a pair fuses only from FUSE_MIN_ROWS_THREADED input rows (its parts, one per thread,
-    compute the rows they share twice and cannot be stolen); one thread fuses any. The memory plan follows the same
-    rule: the unfused product's output has its place in the arena, and both give the same output as ever."""
+    compute the rows they share twice and cannot be stolen), and below FUSE_WIDE_ROWS_THREADED only a product of at most
+    FUSE_MAX_K_THREADED inner products; one thread fuses any. The memory plan follows the same rule: the unfused
+    product's output has its place in the arena, and both give the same output as ever."""
     monkeypatch.setattr(native, "FUSE_MIN_BYTES", 0)
     monkeypatch.setattr(native, "FUSE_MIN_ROWS_THREADED", 20)
-    x = {}
-    for h, fused_on_many in ((19, 0), (20, 1)):
-        g = _expand_depthwise(rng, h, 16, 8, 32, 1, "same")
+    monkeypatch.setattr(native, "FUSE_WIDE_ROWS_THREADED", 24)
+    for h, k, fused_on_many in ((19, 8, 0), (20, 8, 1), (20, 48, 0), (24, 48, 1)):
+        g = _expand_depthwise(rng, h, 16, k, 32, 1, "same")
         x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
         one = Session(g, backends=(CPUBackend(threads=1),)).resize()
         many = Session(g, backends=(CPUBackend(threads=threads),)).resize()
-        assert _fused_records(one) == 1 and _fused_records(many) == fused_on_many, h
+        assert _fused_records(one) == 1 and _fused_records(many) == fused_on_many, (h, k)
         expansion = next(st for st in many.steps if st.op == "depthwise_conv2d").inputs[0]
         assert (expansion in many.memory["host"].offsets) == (not fused_on_many)
         want = one.run({"x": x})[g.outputs[0]].copy()
-        assert np.array_equal(many.run({"x": x})[g.outputs[0]], want), h
+        assert np.array_equal(many.run({"x": x})[g.outputs[0]], want), (h, k)
         assert rel_err(want, run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4
 
 

@@ -112,7 +112,7 @@ class CPUBackend(Backend):
                 or st.op != "depthwise_conv2d" or prev.op != "conv2d" or not prev.inputs
                 or prev.outputs[0] != st.inputs[0] or st.inputs[0] not in sole_reader
                 or nbytes.get(st.inputs[0], 0) < native.FUSE_MIN_BYTES or not self._fusible(prev, st)
-                or not native.fuse_pays(st.ctx.in_shapes[0][1], self._threads())):
+                or not native.fuse_pays(st.ctx.in_shapes[0][1], self._threads(), prev.ctx.in_shapes[0][-1])):
             return [], []
         return [prev.inputs[0]], [prev.outputs[0]]
 

@@ -28,6 +28,13 @@ FUSE_MIN_BYTES = 512 * 1024
 #: one process (blocks of 10 runs, alternating; Zen 5, session 45): 28 × 28 × 128 → 256 then 3×3 1.05× the unfused time,
 #: 28 × 28 × 256 → 256 then 3×3 / 2 1.06×, 56 × 56 and 112 × 112 pairs 0.99-1.01× (one thread: alike)
 FUSE_MIN_ROWS_THREADED = 56
+#: from this many input rows any pair fuses on more than one thread; below it (from FUSE_MIN_ROWS_THREADED) only a
+#: product of at most FUSE_MAX_K_THREADED inner products, whose shared rows cost little to compute twice. Why: on a Zen 3
+#: (AVX2, 512 KiB of L2; session 46), two threads, paired in the network (80 rounds, twice): MobileNet v1 with its 56 × 56
+#: pairs (k = 64, 128) apart 0.993-0.998× the time (0.966 in a slow hour of the VM), MobileNet v2 with its (k = 24)
+#: fused 0.994×
+FUSE_WIDE_ROWS_THREADED = 112
+FUSE_MAX_K_THREADED = 32
 #: the unary kinds of ``leti_unary`` (``csrc/pointwise.c``); 1 and 2 are also the fused activations' codes
 UNARY_CODE = {"relu": 1, "relu6": 2, "sigmoid": 3, "hard_swish": 4, "hard_sigmoid": 5}
 
@@ -199,9 +206,11 @@ def gemv(x, wp, y, bias, has_bias: bool, act: int) -> list[list[int]]:
     return [[GEMV, _addr(x), _addr(wp), _addr(y), _addr(bias) if has_bias else 0, k, n, act]]
 
 
-def fuse_pays(rows: int, threads: int) -> bool:
-    """Whether a product and the 3×3 depthwise convolution over its ``rows`` rows fuse on ``threads`` threads."""
-    return threads <= 1 or rows >= FUSE_MIN_ROWS_THREADED
+def fuse_pays(rows: int, threads: int, k: int) -> bool:
+    """Whether a product of ``k`` inner products and the 3×3 depthwise convolution over its ``rows`` rows fuse on
+    ``threads`` threads."""
+    return threads <= 1 or rows >= FUSE_WIDE_ROWS_THREADED or (rows >= FUSE_MIN_ROWS_THREADED
+                                                                and k <= FUSE_MAX_K_THREADED)
 
 
 def fuse_products_into_depthwise(records: list[list[int]], owners: list, sole_reader: set[str],
@@ -221,7 +230,7 @@ def fuse_products_into_depthwise(records: list[list[int]], owners: list, sole_re
             m, n, k, a, lda, bp, y, ldy, bias, res, act = r[1:12]
             x, yd, w9, dbias, h, wd, c, oh, ow, sh, sw, dh, dw, pt, pl, dact, rows = d[1:18]
             ok = (y == x and ldy == n == c and not res and rows == oh and m == h * wd and dh == dw == 1
-                  and m * n * 4 >= FUSE_MIN_BYTES and fuse_pays(h, threads) and len(owners[i].outputs) == 1
+                  and m * n * 4 >= FUSE_MIN_BYTES and fuse_pays(h, threads, k) and len(owners[i].outputs) == 1
                   and owners[i].outputs[0] in sole_reader and owners[i + 1].inputs[0] == owners[i].outputs[0]
                   and (yd + oh * ow * c * 4 <= a or a + m * lda * 4 <= yd))
             if ok:
