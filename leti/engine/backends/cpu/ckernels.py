@@ -11,7 +11,8 @@
   (``leti_pad_nhwc``) instead of building a column matrix; with ``groups`` > 1, a grouped convolution (RegNet,
   ResNeXt): each group reads its channel slice of the padded input in place, every group of an output row in turn.
   Where the CPU has AVX-512, ``csrc/window512.c`` runs it in 12-pixel × 32-column tiles, and groups of 8 output
-  channels two per vector.
+  channels two per vector; elsewhere ``csrc/window_edges.c`` runs groups of at most 8 outputs reading the input in
+  place, the taps on padding skipped (no padded copy).
 
 Why not a BLAS: the engine's weights are constants and its shapes static, so B can be packed once at
 resize instead of on every call, and the epilogue can run while the output block is still in
