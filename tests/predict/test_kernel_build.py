@@ -163,7 +163,7 @@ def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     proc.wait(timeout=30)
     before = {n: v for n, v in _db_rows(db).items() if v[0] == "ok"}
     assert len(before) >= 8 and not (out / "manifest.json").exists()
-    code, stdout, err = run_leti(capsys, *args, "--budget-minutes", "1")  # the kill came ~12 s in: room for more
+    code, stdout, err = run_leti(capsys, *args, "--budget-minutes", "0.6")  # the kill came ~12 s in: room for more
     assert code == 0, err
     after = _db_rows(db)
     assert all(after[n] == v for n, v in before.items())  # every measurement kept as it was
@@ -171,7 +171,7 @@ def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     line = stdout.strip().splitlines()[-1]
     assert line.startswith(f"wrote {out}: ") and "kernels measured (" in line and "CV error per type (MAPE/latency-weighted MAPE): " in line
     minutes = float(line.split(" minutes")[0].rsplit(" ", 1)[1])
-    assert 0.3 < minutes < 1.5  # both runs together, within the budget (and the final fit's slack)
+    assert 0.2 < minutes < 1.1  # both runs together, within the budget (and the final fit's slack)
     table = pd.read_parquet(out / "kernels.parquet")
     assert set(table.kernel_type) == {"conv2d", "hard_swish"} and (table.latency_ms > 0).all()
     assert set(table.runtime) == {"tflite-xnnpack"} and set(table.device) == {"local"}
