@@ -149,3 +149,21 @@ def test_the_networks_scale_down_only_the_weights_of_types_measured_few_times(de
     # 60: the networks take conv2d's weight down to 0
     assert nets[1].cv_["conv2d"]["rows"] == 60 and nets[1].weight_["conv2d"] == 0.0, nets[1].cv_
     assert nets[0].checked_types() == nets[1].checked_types() == []  # none left above 0 that the networks may scale
+
+
+def test_a_source_whose_overhead_ramps_eviction_at_its_own_cache_adapts_on_networks(devices):
+    """A store refitted with ``--cache-mb 24`` (the committed Zen 3 store) has an eviction term ramped at 24 MB; a
+    transfer build scaled its overhead on the timed networks with aggregates that lacked that column and stopped
+    with a traceback after its measurements (session 47). Now the networks are aggregated at the source's cache too."""
+    from leti.predict.kernels.adapt_fit import adapt_to_build
+
+    sampler, source, test = devices
+    overhead = Overhead(["sum_ms", "evicted_mb@16"], [1.1, 0.05], cache_mb=24.0)
+    assert overhead.cache_sizes() == (24.0,)
+    src = KernelLatencyPredictor(source, overhead, "a", "tflite-xnnpack", "float")
+    nets, kernels = _networks(source, _rows(sampler, 60, 3, "b"), test)
+    pred = adapt_to_build(src, _rows(sampler, 60, 3, "b"), "b", "tflite-xnnpack", None, None, nets.head(5),
+                          kernels[kernels.model.isin(nets.model.head(5))])
+    assert "scaled by" in pred.overhead_note and "5 networks timed" in pred.overhead_note, pred.overhead_note
+    got = pred.predict_models(kernels, allow_unknown=True)  # the adapted predictor keeps the source's cache
+    assert pred.overhead.cache_sizes() == (24.0,) and len(got) == 8 and all(m.latency_ms > 0 for m in got)

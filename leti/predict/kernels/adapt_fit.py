@@ -29,10 +29,10 @@ def overhead_scale(base: Overhead, agg: pd.DataFrame, e2e_ms: np.ndarray) -> tup
 
 def scaled_overhead(base: Overhead, agg: pd.DataFrame, e2e_ms: np.ndarray) -> Overhead:
     """``base`` with every coefficient times :func:`overhead_scale` (``base`` = the identity overhead, latency =
-    sum of kernels, when it has none)."""
+    sum of kernels, when it has none), at ``base``'s cache size."""
     terms, coef = (list(base.terms), list(base.coef)) if base.coef else (["sum_ms"], [1.0])
     r, spread = overhead_scale(Overhead(terms, coef), agg, e2e_ms)
-    return Overhead(terms, [c * r for c in coef], max(base.resid_std, spread), len(agg))
+    return Overhead(terms, [c * r for c in coef], max(base.resid_std, spread), len(agg), cache_mb=base.cache_mb)
 
 
 def adapt_kernel_predictor(source: KernelLatencyPredictor, table: pd.DataFrame, e2e: pd.DataFrame | None = None,
@@ -161,6 +161,7 @@ def _network_rows(predictor: KernelLatencyPredictor, nets: pd.DataFrame | None, 
         return None
     rows = predictor.in_model(predictor.predict_kernels(net_kernels[net_kernels.model.isin(kept.model)],
                                                         allow_unknown=True, where="calibration networks"))
-    agg = model_aggregates(rows, rows["predicted_ms"].to_numpy())
+    # at the cache size the source's overhead ramps its eviction term at too (a store refitted with --cache-mb)
+    agg = model_aggregates(rows, rows["predicted_ms"].to_numpy(), predictor.overhead.cache_sizes())
     agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
     return agg, kept.set_index("model").latency_ms.loc[agg.index].to_numpy(np.float64)
