@@ -314,6 +314,11 @@ def _predict_model(model_file: Path, predictor: Path, allow_unknown: bool, as_js
     stood_in = {(r.kernel_type, r.predicted_as) for r in result.kernels.itertuples() if r.kernel_type != r.predicted_as}
     for unknown, used in sorted(stood_in):
         typer.echo(f"note: kernel type {unknown!r} is unknown to the predictor; predicted as {used!r}", err=True)
+    if result.host == "other":
+        where = ", ".join(sorted({h.get("cpu", "?") for h in pred.hosts}))
+        typer.echo(f"note: {predictor}'s kernels were timed on another machine ({where}); the prediction is for that "
+                   "machine, and its interval is widened for the spread between machines (VMs of one CPU type ran "
+                   "1.17x apart); a build here (leti kernels build) predicts this one", err=True)
     if as_json:
         line = {"model": str(model_file), "predictor": str(predictor), "device": pred.device,
                 "runtime": pred.runtime, "precision": pred.precision, **result.to_dict()}

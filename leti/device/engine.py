@@ -175,15 +175,15 @@ class EngineDevice(Device):
 
     # ---- facts -------------------------------------------------------------------------------
     def info(self) -> dict:
-        from leti.device.local import _cpu_name
+        from leti.device.host import cpu_name
 
         out = {"id": self.id, "backend": self.backend, "kind": "engine", "runtime": RUNTIME,
                "engine_backend": self.engine_backend, "machine": platform.machine(),
-               "system": f"{platform.system()} {platform.release()}", "host_cpu": _cpu_name()}
+               "system": f"{platform.system()} {platform.release()}", "host_cpu": cpu_name()}
         if self.target == "cpu":
             import os
 
-            out.update(model=_cpu_name(), cores=os.cpu_count(), threads=self.threads)
+            out.update(model=cpu_name(), cores=os.cpu_count(), threads=self.threads)
         else:
             out.update(model=self._gpu_name, gpu_index=self.gpu_index, cuda_graphs=self.graphs, **self._gpu_props)
         return out

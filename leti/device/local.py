@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from leti.device.base import Device
+from leti.device.host import cpu_name
 from leti.device.stats import Batch, timed_ms
 from leti.errors import CorruptModelError, DeviceError
 
@@ -30,16 +31,6 @@ def _rss_mb() -> float:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
         return float("nan")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(dist: str) -> str:
@@ -133,7 +124,7 @@ class LocalDevice(Device):
 
     def info(self) -> dict:
         return {
-            "id": self.id, "backend": self.backend, "kind": "local", "model": _cpu_name(),
+            "id": self.id, "backend": self.backend, "kind": "local", "model": cpu_name(),
             "machine": platform.machine(), "system": f"{platform.system()} {platform.release()}",
             "cores": os.cpu_count(), "threads": self.threads, "xnnpack": self.xnnpack,
         }

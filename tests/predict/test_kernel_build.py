@@ -179,6 +179,9 @@ def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     assert list(cal.columns[:2]) == ["model", "latency_ms"] and (cal.latency_ms > 0).all()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["fusion_rules"]["runtime"] == "tflite-xnnpack" and manifest["device"] == "local"
+    from leti.device.host import host_identity
+
+    assert manifest["hosts"] == [host_identity()]  # both runs measured here: the machine recorded once
     # a build of convolutions measures the device's cache profile once and keeps it in the store and the predictor
     assert manifest["cache"]["weights_mb"] == [1.0, 2.0, 4.0, 8.0] and manifest["cache"]["lost"][0] == 0.0
     with sqlite3.connect(db) as c:

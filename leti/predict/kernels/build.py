@@ -305,6 +305,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             predictor.overhead.cache_mb = float(cache_mb)
             notes.append(f"the eviction term ramps at {cache_mb:g} MB of cache when predicting" if
                          predictor.overhead.cache_sizes() else "--cache-mb: the overhead has no eviction term")
+        predictor.hosts = store.hosts()  # where the kernels were timed, not where this fit runs
         _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         cv = store.get("cv", {})
         if store.get("cv_rows") != len(table):  # kernels measured since the last round's fit

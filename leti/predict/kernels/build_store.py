@@ -106,7 +106,17 @@ class BuildStore:
         cols = ("id", "kind", "name", "round", "origin", "kernel_type", "config")
         return [dict(zip(cols, r), config=json.loads(r[6])) for r in self.db.execute(q + " ORDER BY id", args)]
 
+    def hosts(self) -> list[dict]:
+        """The machines this build measured on (:func:`~leti.device.host.host_identity`), in order; empty for a store
+        of before session 47, which did not record them."""
+        return list(self.get("hosts", []))
+
     def done(self, item_id: int, kernels: pd.DataFrame, m, seconds: float) -> None:
+        from leti.device.host import host_identity
+
+        here = host_identity()
+        if not any(h.get("id") == here["id"] for h in self.hosts()):  # a build continued on another machine: both
+            self.set("hosts", [*self.hosts(), here])
         with self.db:
             self.db.execute(
                 "UPDATE items SET status='ok', kernels=?, ratio=?, ratio_std=?, ref_ms=?, mean_ms=?, runs=?, "

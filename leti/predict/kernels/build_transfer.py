@@ -219,6 +219,7 @@ def build_transfer_predictor(device, out: str | Path, budget_minutes: float, sou
         predictor = adapt_to_build(src, table, dev.id, runtime, FusionRules.from_dict(rules), cache, nets, net_kernels)
         store.set("last_fit_s", time.perf_counter() - t0)
         notes += [predictor.regressors.summary(), predictor.overhead_note]
+        predictor.hosts = store.hosts()  # where the kernels were timed, not where this fit runs
         _save(out, predictor, table, cal, cal_kernels, nets, net_kernels)
         clock.save()
         return TransferReport(out, f"{src.device!r} ({src.runtime})", table.kernel_type.value_counts().to_dict(),

@@ -28,6 +28,9 @@ MANIFEST = "manifest.json"
 #: weights (MB) at which :meth:`KernelLatencyPredictor.warm_ms` predicts a one-pixel kernel once (log-spaced)
 WARM_GRID_MB = tuple(float(v) for v in np.geomspace(0.01, 400.0, 60))
 Z90 = 1.6449
+#: the log-scale spread a prediction made on a machine other than those its kernels were timed on adds to its
+#: interval: two VMs of one CPU type ran the same models 1.17x apart (log 0.15; :mod:`leti.device.host` says where)
+OTHER_HOST_LOG_STD = 0.15
 
 
 @dataclass
@@ -43,6 +46,9 @@ class ModelLatency:
     kernel_sum_ms: float
     overhead_ms: float
     kernels: pd.DataFrame
+    #: ``this``: the predictor's kernels were timed on this machine; ``other``: on others only (the interval is
+    #: widened by :data:`OTHER_HOST_LOG_STD`); ``unrecorded``: a predictor that does not say (a fit from a table)
+    host: str = "unrecorded"
 
     def to_dict(self) -> dict:
         keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms", "cold_ms", "stepped_ms",
@@ -50,7 +56,7 @@ class ModelLatency:
                 if c in self.kernels]
         return {"model": self.model, "latency_ms": self.latency_ms, "std_ms": self.std_ms, "low_ms": self.low_ms,
                 "high_ms": self.high_ms, "kernel_sum_ms": self.kernel_sum_ms, "overhead_ms": self.overhead_ms,
-                "kernels": self.kernels[keep].to_dict(orient="records")}
+                "host": self.host, "kernels": self.kernels[keep].to_dict(orient="records")}
 
 
 class KernelLatencyPredictor:
@@ -65,11 +71,22 @@ class KernelLatencyPredictor:
         #: what one-pixel kernels' weights cost in a model that evicts them (measured by the build; None: nothing)
         self.cache = cache
         self.source = ""
+        #: the machines its kernels were timed on (a kernel build's :meth:`~.build_store.BuildStore.hosts`)
+        self.hosts: list[dict] = []
         self._warm: tuple[np.ndarray, np.ndarray] | None = None  # warm_ms's grid, predicted at its first use
 
     @property
     def describes(self) -> str:
         return f"device {self.device!r}, runtime {self.runtime!r}, precision {self.precision!r}"
+
+    @property
+    def host(self) -> str:
+        """``this``, ``other`` or ``unrecorded``: where this machine stands among :attr:`hosts`."""
+        if not self.hosts:
+            return "unrecorded"
+        from leti.device.host import host_identity
+
+        return "this" if any(h.get("id") == host_identity()["id"] for h in self.hosts) else "other"
 
     # ---- checks --------------------------------------------------------------------------------
     def check_compatible(self, table: pd.DataFrame, where: str) -> None:
@@ -135,16 +152,18 @@ class KernelLatencyPredictor:
         rows = self.in_model(self.predict_kernels(table, allow_unknown, where))
         agg = model_aggregates(rows, rows["predicted_ms"].to_numpy(), self.overhead.cache_sizes())
         e2e = self.overhead.predict(agg)
+        host = self.host
+        elsewhere = OTHER_HOST_LOG_STD if host == "other" else 0.0
         out = []
         for (name, a), mean in zip(agg.iterrows(), e2e):
             k = rows[rows.model == name]
             # kernels' spreads taken as fully correlated (a device-wide bias moves them together)
             k_rel = float((k.predicted_ms * k.predicted_log_std).sum() / max(a.sum_ms, 1e-12))
-            sigma = float(np.hypot(self.overhead.resid_std, k_rel))
+            sigma = float(np.sqrt(self.overhead.resid_std ** 2 + k_rel ** 2 + elsewhere ** 2))
             mean = float(mean)
             out.append(ModelLatency(str(name), mean, mean * sigma, mean * float(np.exp(-Z90 * sigma)),
                                     mean * float(np.exp(Z90 * sigma)), float(a.sum_ms), mean - float(a.sum_ms),
-                                    k.reset_index(drop=True)))
+                                    k.reset_index(drop=True), host))
         return out
 
     # ---- persistence ---------------------------------------------------------------------------
@@ -164,6 +183,8 @@ class KernelLatencyPredictor:
             manifest["overhead"]["cache_mb"] = self.overhead.cache_mb
         if self.cache is not None:
             manifest["cache"] = self.cache.to_dict()
+        if self.hosts:
+            manifest["hosts"] = self.hosts
         from leti.predict.manifest import write_manifest
 
         return write_manifest(folder, manifest)
@@ -200,6 +221,7 @@ def load_kernel_predictor(folder: str | Path) -> KernelLatencyPredictor:
     except Exception as exc:  # a damaged native file, a missing key
         raise CorruptModelError(f"{folder}: cannot load the kernel predictor: {type(exc).__name__}: {exc}") from None
     pred.source = str(folder)
+    pred.hosts = [dict(h) for h in m.get("hosts", []) if isinstance(h, dict)]
     return pred
 
 
