@@ -228,7 +228,8 @@ def test_depthwise3x3_packed_path_gives_the_strips_sums(rng, c, stride):
     channels, 128 at a stride; dw_pixels_packed8 on AVX2 hosts from 1024, 128 at a stride) against the kernel with it
     turned off, on the same weights: the same values (within rounding where the unpacked code sums its taps in another
     order), no bias (the packed zeros) and a bias alike. Where the CPU has AVX-512, the AVX2 packed path must give the
-    AVX-512 one's sums bit for bit (the same order per lane)."""
+    AVX-512 one's sums bit for bit (the same order per lane); on an AVX2 host, switching it off changes bits exactly
+    where it is taken (values alone would not show that the packed path ran)."""
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
 
     (sh, sw) = stride
@@ -260,6 +261,8 @@ def test_depthwise3x3_packed_path_gives_the_strips_sums(rng, c, stride):
         assert rel_err(ys[0], ref) < TOL
         if has512 and avx2_takes:
             assert np.array_equal(run(wts, bias, True, False), ys[0])
+        if not has512:  # the packed path taken exactly where it should be: it sums the taps in another order
+            assert np.array_equal(ys[0], ys[1]) != avx2_takes
 
 
 def _conv_ref(x, w, b, stride, pads, out_hw, act, res=None):
