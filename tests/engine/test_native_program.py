@@ -151,18 +151,21 @@ def test_products_split_by_weight_panels_match_row_splits(rng, split):
 def test_panel_split_products_cut_into_row_chunks_give_the_panel_chunks_bit_for_bit(rng, threads):
     """A product split by weight panels (196 rows x 512 -> 520 columns, 33 panels) cuts each thread's share of the
     panels into chunks of rows (csrc/program.c, ckernels.set_panel_rows; 196 rows: 4 chunks per thread at 8 stolen
-    chunks, 1 at 1) or the panels into chunks: the same output bit for bit, the numba steps' and the reference's."""
+    chunks, 1 at 1), or the panels into chunks, or chooses by the share's size (the default): the same output bit for
+    bit, the numba steps' and the reference's."""
     c = _Chain((1, 14, 14, 512), rng)
     c.add("conv2d", [c.w(1, 1, 512, 520, scale=0.05), c.w(520)], padding="same", activation="relu6")
     g = c.graph()
     x = rng.standard_normal(g.tensors["x"].shape).astype(np.float32)
     outs = {}
+    assert ckernels.set_panel_rows(None) == 2  # the default: by the share's size against the L2
     with _restored(ckernels.set_panel_rows, ckernels.set_steal_chunks):
-        for rows in (True, False):
+        for rows in (True, False, 2):
             for k in (8, 1):
-                assert ckernels.set_panel_rows(rows) is rows and ckernels.set_steal_chunks(k) == k
+                assert ckernels.set_panel_rows(rows) == rows and ckernels.set_steal_chunks(k) == k
                 fused, single = _sessions(g, threads)
                 outs[rows, k] = fused.run({"x": x})[g.outputs[0]]
+    assert ckernels.set_panel_rows(None) == 2
     assert all(np.array_equal(outs[True, 8], o) for o in outs.values())
     assert np.array_equal(outs[True, 8], single.run({"x": x})[g.outputs[0]])
     assert rel_err(outs[True, 8], run_reference(g, {"x": x})[g.outputs[0]]) < 1e-4

@@ -193,11 +193,11 @@ def set_steal_chunks(k: int | None) -> int:
     return int(_setting("leti_set_steal_chunks", -1 if k is None else int(k)))
 
 
-def set_panel_rows(on: bool | None) -> bool:
-    """Ask for a native program's products split by weight panels on two or more threads to cut each thread's share of
-    the panels into chunks of rows (``csrc/program.c``; the default) or the panels themselves into chunks; ``None``
-    only asks. Returns whether row chunks are used."""
-    return _flag("leti_set_panel_rows", on)
+def set_panel_rows(mode: int | bool | None) -> int:
+    """How a native program's products split by weight panels on two or more threads cut each thread's share of the
+    panels for stealing (``csrc/program.c``): 1 (True) into chunks of rows, 0 (False) the panels into chunks, 2 (the
+    default) rows where the share fits half the core's L2; ``None`` only asks. Returns the mode in force."""
+    return _setting("leti_set_panel_rows", -1 if mode is None else int(mode))
 
 
 def set_fuse_band_kb(kb: int | None) -> int:

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "simd.h"
 #ifdef _OPENMP
@@ -340,11 +341,38 @@ int64_t leti_set_window_units(int64_t on) {
  * twice (benchmarks/bench_engine_ab.py, Zen 5): MobileNet v2 2.6-2.7 % faster, RegNetX-200MF 3.9 %, MobileNet v1
  * 0-0.6 %, ResNet50 -0.3 %; outputs the same bit for bit (each output's sums are the same tile's). */
 #define PANEL_ROWS 48
-static int panel_rows = 1;
+/* 2 (the default): row chunks where a thread's share of the panels and a chunk of a's rows fit half the core's L2
+ * together, else panel chunks; 1: row chunks always; 0: panel chunks always. Why: where the share does not stay in L2,
+ * each row chunk reads it again from L3; and half, because on these VMs the core's other hardware thread runs another
+ * tenant's work, whose data share the L2. Paired on a Zen 3 (512 KiB L2, two threads, bench_engine_ab.py, session 47):
+ * panel chunks everywhere took 0.950x the time of row chunks everywhere on MobileNet v1 (its 14 x 14 x 512 -> 512
+ * products: a 512 KiB share per thread), 0.994x on v2, 0.980x on RegNetX-200MF, 0.991x on ResNet50; against a rule
+ * of the whole L2 (RegNetX's 354 KiB shares in row chunks), 0.98x and 0.94x on RegNetX, 0.97x on v2 with one vCPU
+ * contended. Session 34's gain from row chunks (v2 2.6 %, RegNetX 3.9 %, v1 0-0.6 %) was measured on a Zen 5,
+ * whose 1 MiB L2 takes v2's and RegNetX's shares under this rule too. */
+static int panel_rows = 2;
 
 int64_t leti_set_panel_rows(int64_t on) {
     if (on >= 0) panel_rows = (int)on;
     return panel_rows;
+}
+
+/* the core's L2 in bytes (512 KiB where the C library cannot tell) */
+static int64_t l2_bytes(void) {
+    static int64_t l2 = 0;
+    if (!l2) {
+        long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        l2 = v > 0 ? v : 512 << 10;
+    }
+    return l2;
+}
+
+/* whether a panel-split product of m rows, k inner products and `panels` panels on `threads` threads cuts each
+ * thread's share into row chunks of m / rchunks rows (panel_rows above); the same answer for every chunk of a step */
+static int row_chunks(int64_t m, int64_t k, int64_t panels, int64_t threads, int64_t rchunks) {
+    if (panel_rows != 2) return panel_rows;
+    int64_t share = (panels + threads - 1) / threads * NR * k * 4, chunk = (m + rchunks - 1) / rchunks * k * 4;
+    return share + chunk <= l2_bytes() / 2;
 }
 
 /* A 1x1 convolution whose output only a 3x3 depthwise convolution reads, run as one step (STEP_GEMM_DWCONV): the
@@ -423,10 +451,11 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
         float *y = F(7);
         int64_t panels = (n + NR - 1) / NR;
         int by_rows = panels < threads || (m >= 4 * MR * threads && (m >= n || 100 * k * n < weights_split * m * (k + n)));
-        if (!by_rows && panel_rows && T > threads) {
+        int64_t K = T / threads, rchunks = MAX(1, MIN(K, m / PANEL_ROWS));
+        if (!by_rows && T > threads && row_chunks(m, k, panels, threads, rchunks)) {
             /* panels split over the threads, each thread's panels cut into row chunks of at least PANEL_ROWS rows for
              * stealing: a chunk runs all its thread's panels, so a tile of a's rows stays in L1 across them */
-            int64_t K = T / threads, u = t / K, j = t % K, rchunks = MAX(1, MIN(K, m / PANEL_ROWS));
+            int64_t u = t / K, j = t % K;
             if (j >= rchunks) return;
             int64_t q0 = u * panels / threads, q1 = (u + 1) * panels / threads;
             if (q1 <= q0) return;
