@@ -51,6 +51,7 @@ class BuildStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._host_noted = False
         try:
             self.db = sqlite3.connect(self.path)
             self.db.executescript(SCHEMA)
@@ -111,12 +112,18 @@ class BuildStore:
         of before session 47, which did not record them."""
         return list(self.get("hosts", []))
 
-    def done(self, item_id: int, kernels: pd.DataFrame, m, seconds: float) -> None:
+    def _note_host(self) -> None:
+        """Add this machine to :meth:`hosts` (a build continued on another machine lists both), once per store."""
         from leti.device.host import host_identity
 
-        here = host_identity()
-        if not any(h.get("id") == here["id"] for h in self.hosts()):  # a build continued on another machine: both
-            self.set("hosts", [*self.hosts(), here])
+        here, hosts = host_identity(), self.hosts()
+        if not any(h.get("id") == here["id"] for h in hosts):
+            self.set("hosts", [*hosts, here])
+        self._host_noted = True
+
+    def done(self, item_id: int, kernels: pd.DataFrame, m, seconds: float) -> None:
+        if not self._host_noted:  # once, not a meta read per measured item
+            self._note_host()
         with self.db:
             self.db.execute(
                 "UPDATE items SET status='ok', kernels=?, ratio=?, ratio_std=?, ref_ms=?, mean_ms=?, runs=?, "
