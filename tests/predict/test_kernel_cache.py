@@ -286,3 +286,35 @@ def test_engine_kernels_carry_the_engines_convolution_scheme():
     assert features_for(["tflite-xnnpack"]) == FEATURES and features_for(["leti-engine-cuda"]) == FEATURES
     engine = KernelRegressors(**FAST).fit(t.assign(runtime="leti-engine-cpu", latency_ms=np.linspace(0.1, 1, 6)))
     assert engine.features_ == ENGINE_FEATURES
+
+
+def _campaign(tmp_path, name, ratios, scale, reference="ref.tflite"):
+    models = [f"m{i}.tflite" for i in range(len(ratios))]
+    pd.DataFrame({"model": models, "ratio": ratios, "corrected_ms": [r * scale for r in ratios]}).to_parquet(
+        tmp_path / f"{name}.parquet")
+    (tmp_path / f"{name}.device.json").write_text(json.dumps({"reference_model": reference}))
+    return tmp_path / f"{name}.parquet"
+
+
+def test_zoo_repeatability_scores_one_campaign_against_another_on_the_paired_scale(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo_repeatability", ROOT / "benchmarks" / "zoo_repeatability.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = _campaign(tmp_path, "a", [1.0, 2.0, 3.0, 4.0], 4.0)
+    # b: the host ran 20 % slower that hour (a common scale), one model 15 % apart in its ratio, one 7 %
+    b = _campaign(tmp_path, "b", [1.0, 2.0, 3.0 / 1.07, 4.0 / 1.15], 4.8)
+    models = tmp_path / "models.parquet"
+    pd.DataFrame({"model": ["m0.tflite", "m1.tflite", "m2.tflite", "m3.tflite"],
+                  "family": ["x", "x", "y", "y"]}).to_parquet(models)
+    assert mod.main([str(a), str(b), "--models", str(models)]) == 0
+    out = capsys.readouterr().out
+    all_line = next(line for line in out.splitlines() if line.startswith("ALL"))
+    n, paired5, paired10, ms10 = all_line.split()[1:5]
+    assert (int(n), float(paired5), float(paired10), float(ms10)) == (4, 50.0, 75.0, 25.0)  # ms: only m3 (slower ratio, faster hour) within 10 %
+    assert "common scale (ms, a / b): 0.8" in out and "apart by more than 10 %: m3.tflite" in out
+    # campaigns paired against different reference networks are refused with a one-line reason
+    c = _campaign(tmp_path, "c", [1.0, 2.0, 3.0, 4.0], 4.0, reference="other.tflite")
+    with pytest.raises(SystemExit, match="not comparable"):
+        mod.main([str(a), str(c), "--models", str(models)])
