@@ -250,3 +250,13 @@ def test_the_fma_peak_benchmark_prints_a_rate_per_repeat_and_refuses_nonsense(ca
     # bench_engine_cpu.py prints the same figure before and after its rounds
     value, unit = _bench_module("bench_engine_cpu").fma_peak().split()
     assert float(value) > 0 and unit == "GFLOP/s"
+
+
+def test_bench_median_interval_is_the_order_statistics_of_the_binomial_tail():
+    interval = _bench_module("bench_engine_cpu").median_interval
+    # 11 rounds: P(B <= 2) = 67 / 2048 <= 0.05 < P(B <= 3): the 3rd and the 9th of the sorted ratios
+    assert interval([1.10, 0.90, 0.95, 1.00, 0.97, 1.02, 0.99, 1.05, 0.93, 0.98, 1.01]) == (0.95, 1.02)
+    # few rounds: the whole range, never an empty or inverted interval
+    assert interval([1.2, 0.8, 1.0]) == (0.8, 1.2)
+    lo, hi = interval(np.linspace(0.9, 1.1, 41))
+    assert 0.9 < lo < 1.0 < hi < 1.1 and lo == pytest.approx(2 - hi)
