@@ -464,6 +464,38 @@ def models(n_networks: int, mobilenet: bool, size: int = 224, nb101: bool = True
         keras.backend.clear_session()
 
 
+def ncnn_pads_as_padding(ncnn_param: Path, pnnx_param: Path) -> int:
+    """pnnx passes an ONNX ``Pad`` (ResNet50's zero padding before its stem and its max-pool) to the ncnn graph as a
+    ``Pad`` layer, which ncnn does not have ("layer Pad not exists or registered": ResNet50 ran without ncnn until
+    session 48). Rewrite each as ncnn's ``Padding`` (0 top, 1 bottom, 2 left, 3 right, 4 type 0 = constant, 5 value)
+    from the pads pnnx recorded for it (ONNX order: N, C, H, W begins, then ends). Returns how many were rewritten."""
+    import re
+
+    pads = {}
+    for line in pnnx_param.read_text().splitlines():
+        f = line.split()
+        m = re.search(r"pads=\(([-\d,]+)\)", line)
+        if len(f) > 1 and f[0] == "Pad" and m:
+            v = [int(x) for x in m.group(1).split(",")]
+            value = re.search(r"value=([-\d.e+]+)", line)
+            pads[f[1]] = (v, float(value.group(1)) if value else 0.0)
+    lines, done = ncnn_param.read_text().splitlines(), 0
+    for i, line in enumerate(lines):
+        f = line.split()
+        if len(f) > 4 and f[0] == "Pad" and f[1] in pads:
+            v, value = pads[f[1]]
+            if len(v) != 8 or v[0] or v[1] or v[4] or v[5]:
+                raise RuntimeError(f"ncnn: cannot express pads {v} of {f[1]} (only H and W)")
+            n_in, n_out = int(f[2]), int(f[3])
+            blobs = f[4:4 + n_in + n_out]
+            lines[i] = " ".join(["Padding", f[1], str(n_in), str(n_out), *blobs,
+                                 f"0={v[2]}", f"1={v[6]}", f"2={v[3]}", f"3={v[7]}", "4=0", f"5={value:g}"])
+            done += 1
+    if done:
+        ncnn_param.write_text("\n".join(lines) + "\n")
+    return done
+
+
 def peer_files(g_opt: Graph, tmp: Path, tag: str, errors: dict) -> dict[str, str]:
     files = {}
     try:
@@ -503,6 +535,7 @@ def peer_files(g_opt: Graph, tmp: Path, tag: str, errors: dict) -> dict[str, str
                            capture_output=True, text=True, timeout=300, check=False, cwd=tmp)
         if r.returncode != 0 or not Path(out["ncnnbin"]).exists():
             raise RuntimeError(f"pnnx exit {r.returncode}: " + r.stdout[-300:] + r.stderr[-300:])
+        ncnn_pads_as_padding(Path(out["ncnnparam"]), Path(out["pnnxparam"]))
         files["ncnn"] = out["ncnnparam"]
     except Exception as e:  # noqa: BLE001
         errors.setdefault("ncnn convert", f"{type(e).__name__}: {e}")

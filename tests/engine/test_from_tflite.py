@@ -260,3 +260,23 @@ def test_bench_median_interval_is_the_order_statistics_of_the_binomial_tail():
     assert interval([1.2, 0.8, 1.0]) == (0.8, 1.2)
     lo, hi = interval(np.linspace(0.9, 1.1, 41))
     assert 0.9 < lo < 1.0 < hi < 1.1 and lo == pytest.approx(2 - hi)
+
+
+def test_bench_rewrites_pnnx_pad_layers_as_ncnn_padding(tmp_path):
+    rewrite = _bench_module("bench_engine_cpu").ncnn_pads_as_padding
+    pnnx = tmp_path / "m.pnnx.param"
+    pnnx.write_text("7767517\n3 3\npnnx.Input in0 0 1 0\n"
+                    "Pad Pad_1 1 1 0 1 pads=(0,0,3,2,0,0,1,4) value=0.0 #0=(1,3,8,8)f32 #1=(1,3,12,14)f32\n"
+                    "nn.Conv2d conv_0 1 1 1 2 bias=True\n")
+    param = tmp_path / "m.ncnn.param"
+    param.write_text("7767517\n3 3\nInput in0 0 1 in0\nPad Pad_1 1 1 in0 1\nConvolution conv_0 1 1 1 out0 0=8\n")
+    assert rewrite(param, pnnx) == 1
+    lines = param.read_text().splitlines()
+    # top 3, bottom 1, left 2, right 4, constant zero; the blob names and every other layer untouched
+    assert lines[3] == "Padding Pad_1 1 1 in0 1 0=3 1=1 2=2 3=4 4=0 5=0"
+    assert lines[:3] + lines[4:] == ["7767517", "3 3", "Input in0 0 1 in0", "Convolution conv_0 1 1 1 out0 0=8"]
+    # a pad over the channels has no ncnn Padding form: refused, not silently dropped
+    pnnx.write_text(pnnx.read_text().replace("pads=(0,0,3,2,0,0,1,4)", "pads=(0,1,0,0,0,1,0,0)"))
+    param.write_text("7767517\n3 3\nInput in0 0 1 in0\nPad Pad_1 1 1 in0 1\nConvolution conv_0 1 1 1 out0 0=8\n")
+    with pytest.raises(RuntimeError, match="cannot express pads"):
+        rewrite(param, pnnx)
