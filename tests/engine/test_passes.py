@@ -152,3 +152,28 @@ def test_a_grouped_convolution_with_one_channel_a_group_runs_as_depthwise(rng, m
     g.constants["w"] = rng.standard_normal((7, 7, 2, 6 * mult)).astype(np.float32)
     g.nodes[0].attrs["groups"] = 3
     assert passes.depthwise_from_grouped(g)[1] == 0
+
+
+def test_graph_copy_is_structural_and_shares_only_the_constant_arrays():
+    g = Graph()
+    g.add_tensor("x", (1, 4, 4, 2))
+    w = g.add_constant("w", np.ones((1, 1, 2, 3), np.float32))
+    g.add_tensor("y", (1, 4, 4, 3))
+    g.add_node("conv2d", ["x", w], ["y"], strides=[1, 1], padding="same", extra={"pads": [[0, 1], (2, 3)]})
+    g.inputs, g.outputs, g.metadata = ["x"], ["y"], {"source": "t", "notes": [1]}
+    c = g.copy()
+    assert c.nodes == g.nodes and c.tensors == g.tensors and c.inputs == g.inputs and c.metadata == g.metadata
+    # nothing a pass may edit is shared: nodes, their lists and nested attrs, tensor infos, metadata
+    c.nodes[0].attrs["extra"]["pads"][0].append(9)
+    c.nodes[0].attrs["strides"][0] = 2
+    c.nodes[0].inputs.append("z")
+    c.tensors["y"].shape = (1, 2, 2, 3)
+    c.metadata["notes"].append(2)
+    c.inputs.append("w")
+    assert g.nodes[0].attrs == {"strides": [1, 1], "padding": "same", "extra": {"pads": [[0, 1], (2, 3)]}}
+    assert g.nodes[0].inputs == ["x", "w"] and g.tensors["y"].shape == (1, 4, 4, 3)
+    assert g.metadata == {"source": "t", "notes": [1]} and g.inputs == ["x"]
+    # the constant arrays are the same objects (never modified in place), the dict holding them is not
+    assert c.constants["w"] is g.constants["w"]
+    c.constants["v"] = np.zeros(1)
+    assert "v" not in g.constants

@@ -250,9 +250,6 @@ def from_tflite(source: str | os.PathLike | bytes) -> Graph:
         if model.SubgraphsLength() > 1:
             raise ConversionError(f"{name}: models with {model.SubgraphsLength()} subgraphs (control flow) "
                                   "are not supported")
-        from leti.engine.convert.quantized import refuse_quantized
-
-        refuse_quantized(buf, name)  # no int8/fp16 kernels yet
         return _convert(model, model.Subgraphs(0), buf, name)
     except (ConversionError, CorruptModelError):
         raise
@@ -265,6 +262,10 @@ def _builtin_names() -> dict[int, str]:
     return {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
 
 
+#: TensorType codes of quantized / half-precision tensors (FLOAT16, UINT8, INT16, INT8): refuse_quantized names them
+_QUANTIZED_TYPES = frozenset({1, 3, 7, 9})
+
+
 def _convert(model, sub, buf: bytes, source: str) -> Graph:
     g = Graph()
     names: list[str] = []
@@ -274,6 +275,12 @@ def _convert(model, sub, buf: bytes, source: str) -> Graph:
         name = raw if raw not in g.tensors else f"{raw}#{i}"
         dtype = _DTYPES.get(t.Type())
         q = t.Quantization()
+        if (q is not None and q.ScaleLength() > 0) or t.Type() in _QUANTIZED_TYPES:
+            # no int8/fp16 kernels yet: one line naming every quantized tensor and its op (the whole model is scanned
+            # only here, not for every float model: a third of an any-model prediction's import)
+            from leti.engine.convert.quantized import refuse_quantized
+
+            refuse_quantized(buf, source)
         if dtype is None or (q is not None and q.ScaleLength() > 0):
             raise ConversionError(f"{source}: tensor {raw!r} is quantized or of unsupported type {t.Type()}; "
                                   "only float models convert")

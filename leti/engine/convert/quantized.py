@@ -20,6 +20,14 @@ def quantized_tensors(buf: bytes) -> list[tuple[str, str, str]]:
     model = s.Model.GetRootAs(buf, 0)
     found = []
     for g in (model.Subgraphs(i) for i in range(model.SubgraphsLength())):
+        hits = []
+        for i in range(g.TensorsLength()):
+            t = g.Tensors(i)
+            q, kind = t.Quantization(), types.get(t.Type(), str(t.Type()))
+            if (q is not None and q.ScaleLength() > 0) or kind in ("INT8", "UINT8", "INT16", "FLOAT16"):
+                hits.append((i, (t.Name() or b"").decode("utf-8", "replace"), kind))
+        if not hits:  # a float model (every call of an any-model prediction): the operators are not walked
+            continue
         user: dict[int, str] = {}
         for op in (g.Operators(k) for k in range(g.OperatorsLength())):
             code = model.OperatorCodes(op.OpcodeIndex())
@@ -27,11 +35,7 @@ def quantized_tensors(buf: bytes) -> list[tuple[str, str, str]]:
             for i in [*(op.InputsAsNumpy() if op.InputsLength() else []),
                       *(op.OutputsAsNumpy() if op.OutputsLength() else [])]:
                 user.setdefault(int(i), name)
-        for i in range(g.TensorsLength()):
-            t = g.Tensors(i)
-            q, kind = t.Quantization(), types.get(t.Type(), str(t.Type()))
-            if (q is not None and q.ScaleLength() > 0) or kind in ("INT8", "UINT8", "INT16", "FLOAT16"):
-                found.append(((t.Name() or b"").decode("utf-8", "replace"), kind, user.get(i, "-")))
+        found += [(name, kind, user.get(i, "-")) for i, name, kind in hits]
     return found
 
 
