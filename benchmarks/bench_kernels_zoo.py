@@ -71,6 +71,28 @@ def measured_latency(dataset: Path, zoo: Path, scale: str, reference_ms: float |
     return df.groupby("model")[col].median(), f"the export's {col} ({clock} clock campaign)"
 
 
+def combined_latency(datasets: list[Path], reference_ms: float) -> tuple[pd.Series, str]:
+    """Each model's median paired ratio over every pass of several campaigns of the same zoo (the models all of them
+    kept), times ``reference_ms``: a truth with less of one campaign's noise (``zoo_repeatability.py``: two campaigns
+    agree at 97-100 % Acc@10, so one campaign alone caps what a predictor can be shown to reach)."""
+    frames, refs = [], set()
+    for path in datasets:
+        if not path.is_file():
+            sys.exit(f"bench_kernels_zoo: {path}: no such campaign export")
+        side = path.with_suffix(".device.json")
+        refs.add(json.loads(side.read_text()).get("reference_model") if side.is_file() else None)
+        frames.append(pd.read_parquet(path, columns=["model", "ratio"]))
+    if len(refs) != 1 or None in refs:
+        sys.exit(f"bench_kernels_zoo: the campaigns were paired against different (or unrecorded) reference models: "
+                 f"{sorted(map(str, refs))}")
+    kept = set.intersection(*(set(f.model) for f in frames))
+    rows = pd.concat(frames)
+    rows = rows[rows.model.isin(kept)]
+    return (rows.groupby("model")["ratio"].median() * reference_ms,
+            f"median paired ratio over {len(datasets)} campaigns ({len(kept)} models all of them kept) x reference "
+            f"{refs.pop()} at {reference_ms:.4f} ms (given)")
+
+
 def build_minutes(predictor: Path) -> float | None:
     db = predictor / "kernels.sqlite"
     if not db.is_file():
@@ -102,7 +124,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--predictor", type=Path, required=True)
     ap.add_argument("--zoo", type=Path, required=True, help="folder of the zoo's model files and zoo.parquet")
-    ap.add_argument("--dataset", type=Path, required=True, help="the zoo's measured latencies (leti export)")
+    ap.add_argument("--dataset", type=Path, nargs="+", required=True,
+                    help="the zoo's measured latencies (leti export); several campaigns of the same zoo (with "
+                         "--reference-ms) score against each model's median paired ratio over all their passes")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--allow-unknown", action="store_true")
     ap.add_argument("--scale", choices=("auto", "cpu-reference", "corrected"), default="auto",
@@ -113,6 +137,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.reference_ms is not None and not args.reference_ms > 0:
         ap.error(f"--reference-ms must be a positive number of milliseconds, not {args.reference_ms}")
+    if len(args.dataset) > 1 and args.reference_ms is None:
+        ap.error("several --dataset campaigns are put on one scale by --reference-ms (their hosts' speeds differ)")
 
     import leti
     from leti.errors import LetiError
@@ -121,7 +147,10 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     kp = load_kernel_predictor(args.predictor)
-    truth, how = measured_latency(args.dataset, args.zoo, args.scale, args.reference_ms)
+    if len(args.dataset) > 1:
+        truth, how = combined_latency(args.dataset, args.reference_ms)
+    else:
+        truth, how = measured_latency(args.dataset[0], args.zoo, args.scale, args.reference_ms)
     manifest = pd.read_parquet(args.zoo / "zoo.parquet").set_index("model")
     rows, refused = [], []
     for model, ms in truth.items():

@@ -318,3 +318,19 @@ def test_zoo_repeatability_scores_one_campaign_against_another_on_the_paired_sca
     c = _campaign(tmp_path, "c", [1.0, 2.0, 3.0, 4.0], 4.0, reference="other.tflite")
     with pytest.raises(SystemExit, match="not comparable"):
         mod.main([str(a), str(c), "--models", str(models)])
+
+
+def test_zoo_benchmark_combines_campaigns_on_the_median_paired_ratio(tmp_path):
+    bench = _bench_module()
+    a = _campaign(tmp_path, "a", [1.0, 2.0, 3.0], 4.0)
+    # b: passes of the same models (one model left out by this campaign), another hour's scale
+    pd.DataFrame({"model": ["m0.tflite", "m0.tflite", "m1.tflite", "m1.tflite"], "ratio": [1.2, 1.4, 2.0, 2.0],
+                  "corrected_ms": [6.0, 7.0, 10.0, 10.0]}).to_parquet(tmp_path / "b.parquet")
+    (tmp_path / "b.device.json").write_text(json.dumps({"reference_model": "ref.tflite"}))
+    ms, how = bench.combined_latency([a, tmp_path / "b.parquet"], 5.0)
+    # m0: median of 1.0, 1.2, 1.4 = 1.2; m1: 2.0; m2 is in one campaign only and left out
+    assert ms.to_dict() == {"m0.tflite": pytest.approx(6.0), "m1.tflite": pytest.approx(10.0)}
+    assert "2 campaigns (2 models all of them kept)" in how
+    c = _campaign(tmp_path, "c", [1.0], 4.0, reference="other.tflite")
+    with pytest.raises(SystemExit, match="different"):
+        bench.combined_latency([a, c], 5.0)
