@@ -41,6 +41,14 @@ def reference_cpu_ms(path: Path, runs: int = 300) -> float:
     return median_invoke_ms(Interpreter(model_path=str(path), num_threads=1), runs, 20, clock=time.thread_time)
 
 
+def read_campaign(path: Path, columns: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """A campaign export's rows (``columns`` only, when given) and its ``.device.json`` (``{}`` when absent)."""
+    if not path.is_file():
+        sys.exit(f"{Path(sys.argv[0]).name}: {path}: no such campaign export")
+    side = path.with_suffix(".device.json")
+    return pd.read_parquet(path, columns=columns), json.loads(side.read_text()) if side.is_file() else {}
+
+
 def measured_latency(dataset: Path, zoo: Path, scale: str, reference_ms: float | None = None) -> tuple[pd.Series, str]:
     """Each model's latency: with ``--reference-ms`` its paired ratio to the campaign's reference model times that
     time (the reference's latency in another campaign, e.g. the one timed right after the predictor's store: the
@@ -51,9 +59,7 @@ def measured_latency(dataset: Path, zoo: Path, scale: str, reference_ms: float |
     a loaded host inflates it). ``auto`` (the default): ``corrected`` when the campaign timed by the CPU clock
     (``leti measure --clock cpu``: its ``corrected_ms`` is already on the kernels' scale, and taken over the
     whole campaign beside the ratios), else ``cpu-reference``."""
-    df = pd.read_parquet(dataset)
-    side = json.loads(dataset.with_suffix(".device.json").read_text()) if dataset.with_suffix(
-        ".device.json").is_file() else {}
+    df, side = read_campaign(dataset)
     ref_model = side.get("reference_model")
     if reference_ms is not None:
         return (df.groupby("model")["ratio"].median() * reference_ms,
@@ -77,11 +83,9 @@ def combined_latency(datasets: list[Path], reference_ms: float) -> tuple[pd.Seri
     agree at 97-100 % Acc@10, so one campaign alone caps what a predictor can be shown to reach)."""
     frames, refs = [], set()
     for path in datasets:
-        if not path.is_file():
-            sys.exit(f"bench_kernels_zoo: {path}: no such campaign export")
-        side = path.with_suffix(".device.json")
-        refs.add(json.loads(side.read_text()).get("reference_model") if side.is_file() else None)
-        frames.append(pd.read_parquet(path, columns=["model", "ratio"]))
+        rows, side = read_campaign(path, ["model", "ratio"])
+        refs.add(side.get("reference_model"))
+        frames.append(rows)
     if len(refs) != 1 or None in refs:
         sys.exit(f"bench_kernels_zoo: the campaigns were paired against different (or unrecorded) reference models: "
                  f"{sorted(map(str, refs))}")

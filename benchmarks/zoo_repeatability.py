@@ -19,32 +19,26 @@ Only the models both campaigns kept count.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_kernels_zoo import acc, read_campaign  # noqa: E402
+
 MODELS = Path(__file__).resolve().parents[1] / "datasets" / "zoo_local_cpu.models.parquet"
 
 
 def campaign(path: Path) -> tuple[pd.DataFrame, dict]:
     """Per model: the median paired ratio to the campaign's reference network and the median ``corrected_ms``."""
-    if not path.is_file():
-        sys.exit(f"zoo_repeatability: {path}: no such campaign export")
-    df = pd.read_parquet(path)
+    df, side = read_campaign(path)
     missing = {"model", "ratio", "corrected_ms"} - set(df.columns)
     if missing:
         sys.exit(f"zoo_repeatability: {path}: not a paired campaign export (lacks {', '.join(sorted(missing))})")
-    side_path = path.with_suffix(".device.json")
-    side = json.loads(side_path.read_text()) if side_path.is_file() else {}
     per = df.groupby("model").agg(ratio=("ratio", "median"), ms=("corrected_ms", "median"))
     return per, side
-
-
-def acc(err: np.ndarray, within: float) -> float:
-    return float(np.mean(np.abs(err) <= within) * 100.0)
 
 
 def table(a: pd.DataFrame, b: pd.DataFrame, families: pd.Series) -> list[str]:

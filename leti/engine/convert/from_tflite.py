@@ -262,11 +262,10 @@ def _builtin_names() -> dict[int, str]:
     return {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
 
 
-#: TensorType codes of quantized / half-precision tensors (FLOAT16, UINT8, INT16, INT8): refuse_quantized names them
-_QUANTIZED_TYPES = frozenset({1, 3, 7, 9})
-
-
 def _convert(model, sub, buf: bytes, source: str) -> Graph:
+    from leti.engine.convert.quantized import is_quantized, refuse_quantized, tensor_type_names
+
+    tensor_types = tensor_type_names()
     g = Graph()
     names: list[str] = []
     for i in range(sub.TensorsLength()):
@@ -274,14 +273,11 @@ def _convert(model, sub, buf: bytes, source: str) -> Graph:
         raw = (t.Name() or b"").decode("utf-8", "replace") or f"tensor{i}"
         name = raw if raw not in g.tensors else f"{raw}#{i}"
         dtype = _DTYPES.get(t.Type())
-        q = t.Quantization()
-        if (q is not None and q.ScaleLength() > 0) or t.Type() in _QUANTIZED_TYPES:
+        if is_quantized(t, tensor_types):
             # no int8/fp16 kernels yet: one line naming every quantized tensor and its op (the whole model is scanned
-            # only here, not for every float model: a third of an any-model prediction's import)
-            from leti.engine.convert.quantized import refuse_quantized
-
+            # only here, not for every float model: a third of an any-model prediction's import); it raises
             refuse_quantized(buf, source)
-        if dtype is None or (q is not None and q.ScaleLength() > 0):
+        if dtype is None:
             raise ConversionError(f"{source}: tensor {raw!r} is quantized or of unsupported type {t.Type()}; "
                                   "only float models convert")
         shape = tuple(int(v) for v in t.ShapeAsNumpy()) if t.ShapeLength() else ()

@@ -11,11 +11,30 @@ from __future__ import annotations
 from leti.errors import ConversionError
 
 
+#: TensorType names the engine has no kernels for (besides any tensor with a quantization scale)
+QUANTIZED_TYPES = ("INT8", "UINT8", "INT16", "FLOAT16")
+
+
+def tensor_type_names() -> dict[int, str]:
+    """TFLite's TensorType codes -> names (``FLOAT32``, ``INT8``, ...)."""
+    from ai_edge_litert import schema_py_generated as s
+
+    return {v: k for k, v in vars(s.TensorType).items() if not k.startswith("_")}
+
+
+def is_quantized(tensor, types: dict[int, str] | None = None) -> bool:
+    """A flatbuffer ``Tensor`` with a quantization scale or of a :data:`QUANTIZED_TYPES` type."""
+    q = tensor.Quantization()
+    if q is not None and q.ScaleLength() > 0:
+        return True
+    return (types or tensor_type_names()).get(tensor.Type()) in QUANTIZED_TYPES
+
+
 def quantized_tensors(buf: bytes) -> list[tuple[str, str, str]]:
     """(tensor name, type, first op using it) of every quantized (scale set) or int8/uint8/int16/float16 tensor."""
     from ai_edge_litert import schema_py_generated as s
 
-    types = {v: k for k, v in vars(s.TensorType).items() if not k.startswith("_")}
+    types = tensor_type_names()
     builtin = {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
     model = s.Model.GetRootAs(buf, 0)
     found = []
@@ -23,9 +42,8 @@ def quantized_tensors(buf: bytes) -> list[tuple[str, str, str]]:
         hits = []
         for i in range(g.TensorsLength()):
             t = g.Tensors(i)
-            q, kind = t.Quantization(), types.get(t.Type(), str(t.Type()))
-            if (q is not None and q.ScaleLength() > 0) or kind in ("INT8", "UINT8", "INT16", "FLOAT16"):
-                hits.append((i, (t.Name() or b"").decode("utf-8", "replace"), kind))
+            if is_quantized(t, types):
+                hits.append((i, (t.Name() or b"").decode("utf-8", "replace"), types.get(t.Type(), str(t.Type()))))
         if not hits:  # a float model (every call of an any-model prediction): the operators are not walked
             continue
         user: dict[int, str] = {}
