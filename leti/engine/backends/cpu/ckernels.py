@@ -53,7 +53,8 @@ SYMBOLS = ("leti_sgemm", "leti_dwconv3x3", "leti_conv_window", "leti_pad_nhwc", 
            "leti_set_full_k", "leti_set_window_units", "leti_set_pair_panels",
            "leti_set_wide_tail", "leti_conv_window_inplace", "leti_set_step_clock",
            "leti_set_panel_rows", "leti_set_fuse_band_kb", "leti_set_dw_packed", "leti_set_pair_rows",
-           "leti_set_kc512", "leti_set_step_waits", "leti_set_quad512", "leti_set_edge_windows")
+           "leti_set_kc512", "leti_set_step_waits", "leti_set_quad512", "leti_set_edge_windows",
+           "leti_set_narrow512", "leti_product512", "leti_window512")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=gnu11", "-shared", "-fPIC")
 #: added when the compiler has it: a program of steps (``csrc/program.c``) then runs on numba's OpenMP threads
 OPENMP = ("-fopenmp",)
@@ -148,6 +149,32 @@ def set_avx512(on: bool | None) -> bool:
     ``LETI_AVX512=0`` before the first product) or for the AVX2 one; ``None`` only asks. Returns whether AVX-512 is
     used."""
     return _flag("leti_set_avx512", on)
+
+
+def set_narrow512(on: bool | None) -> bool:
+    """Ask for the choices of a core that runs 512-bit FMAs as two 256-bit halves (a Zen 4, detected by default; off
+    elsewhere or with ``LETI_NARROW512=0``): products with a half-full last panel or fewer than 128 inner products, and
+    groups of at most 8 outputs, on the AVX2 tiles (``csrc/gemm.c``, ``product512``); ``None`` only asks. Returns
+    whether they apply."""
+    return _flag("leti_set_narrow512", on)
+
+
+def takes_avx512(rows: int, cols: int, depth: int) -> bool:
+    """Whether a product of ``rows`` × ``depth`` by ``depth`` × ``cols`` runs on the AVX-512 tiles under the current
+    settings (:func:`set_avx512`, :func:`set_narrow512`); False without the library."""
+    import ctypes
+
+    path = library()
+    if path is None:
+        return False
+    f = ctypes.CDLL(str(path)).leti_product512
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64] * 3
+    return bool(f(rows, cols, depth))
+
+
+def window_takes_avx512(cols: int) -> bool:
+    """Whether a window of ``cols`` outputs a group runs on the AVX-512 windows under the current settings."""
+    return bool(_setting("leti_window512", cols))
 
 
 def set_pair512(on: bool | None) -> bool:

@@ -36,6 +36,15 @@ static inline void dw_cols(int64_t xo, int64_t sw, int64_t pl, int64_t dw, int64
 }
 
 int64_t leti_set_avx512(int64_t on); /* gemm.c: whether the AVX-512 kernels are used */
+int64_t leti_set_narrow512(int64_t on); /* gemm.c: whether the core runs 512-bit FMAs as two 256-bit halves */
+
+/* whether a depthwise convolution at these strides takes the 16-lane packed strips: where the CPU has AVX-512, but not
+ * at stride 1 on a core that runs 512-bit FMAs as two halves (a Zen 4, session 50: single-layer models at stride 1
+ * from 256 channels up took 0.94-1.25x the 8-lane code's time there, MobileNet v2's 14 x 14 x 576 0.68 against 0.54x
+ * XNNPACK's; strided ones 0.78-0.80x, as on the Zen 5) */
+static inline int dw_packed16(int strided) {
+    return leti_set_avx512(-1) && (strided || !leti_set_narrow512(-1));
+}
 
 #define DW_LANES 8
 #define V __m256
@@ -112,7 +121,7 @@ int64_t leti_set_dw_packed(int64_t on) {
 static int dw_takes_packed(int64_t c, int64_t sh, int64_t sw) {
     if (!dw_packed || c % 32) return 0;
     int strided = sh > 1 || sw > 1;
-    if (leti_set_avx512(-1)) return c >= (strided ? DWP_MIN_C_STRIDED : DWP_MIN_C);
+    if (dw_packed16(strided)) return c >= (strided ? DWP_MIN_C_STRIDED : DWP_MIN_C);
     return c >= (strided ? DWP8_MIN_C_STRIDED : DWP8_MIN_C);
 }
 
@@ -209,7 +218,7 @@ void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *
                          int64_t wd, int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                          int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1) {
     if (dw_takes_packed(c, sh, sw)) {
-        (leti_set_avx512(-1) ? dw_pixels_packed : dw_pixels_packed8)(x, x_row0, y, w + 9 * c, h, wd, c, oh, ow, sh, sw,
+        (dw_packed16(sh > 1 || sw > 1) ? dw_pixels_packed : dw_pixels_packed8)(x, x_row0, y, w + 9 * c, h, wd, c, oh, ow, sh, sw,
                                                                      dh, dw, pt, pl, act, r0, r1);
         return;
     }

@@ -21,6 +21,7 @@
  * One call is single-threaded: the engine splits rows (or panels, for few rows) over numba's
  * thread pool and calls this once per part. Built at first use by leti/engine/backends/cpu/ckernels.py.
  */
+#include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -342,6 +343,63 @@ static inline int avx512_on(void) {
 int64_t leti_set_avx512(int64_t on) {
     if (on >= 0) use512 = on && __builtin_cpu_supports("avx512f");
     return avx512_on();
+}
+
+/* ---- Which products and windows take the AVX-512 tiles on a core that runs them as two 256-bit halves (session 50) --
+ * A Zen 4 (AMD family 0x19 with avx512f) issues a 512-bit FMA as two 256-bit ones: the AVX-512 tiles do no more FMAs
+ * per cycle than the AVX2 ones, and lose where their lanes idle. Measured there (one thread, leti_sgemm alone, the
+ * two ISAs interleaved; docs/engine.md, session 50): the AVX-512 tiles take 1.31-1.44x the AVX2 time on products to
+ * 24 columns (a 32-column paired tile with 8 columns masked off), 1.05-1.25x to 56 and 152, 1.01-1.10x at k < 128,
+ * where the 6 x 64 quads and the 12-row tiles set up more than they compute; from k = 128 on with whole 16-column
+ * panels they take 0.81-0.99x (fewer loads and broadcasts per FMA), and 0.83-0.85x on a single row (a classifier).
+ * RegNet's groups of 8 in pairs (leti_window_pairs512) take ~1.4x the AVX2 windows that skip the padding in place.
+ * So there a product of at least NARROW_MIN_ROWS rows takes the AVX2 tiles when its last panel is at most half full
+ * or its depth is under NARROW_MIN_K, and groups of at most 8 outputs take the AVX2 windows. On a full-width core (Zen
+ * 5, where session 24 measured the pairs at 0.6-0.75x the AVX2 windows) nothing changes. LETI_NARROW512=0/1 or
+ * leti_set_narrow512 overrides the detection. */
+#define NARROW_MIN_ROWS 128
+#define NARROW_MIN_K 128
+#define NARROW_MIN_ROWS_K 256
+#define NARROW_MAX_N_K 192
+
+static int narrow512 = -1;
+
+static int detect_narrow512(void) {
+    const char *e = getenv("LETI_NARROW512");
+    if (e && e[0]) return e[0] != '0';
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth" */) return 0; /* AuthenticAMD */
+    __get_cpuid(1, &a, &b, &c, &d);
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff;
+    return family == 0x19; /* Zen 3 (no avx512f) and Zen 4 */
+}
+
+/* ask for the narrow-core choices (on = 1) or none (on = 0), or only ask (on < 0); returns whether they apply */
+int64_t leti_set_narrow512(int64_t on) {
+    if (on >= 0) narrow512 = (int)on;
+    else if (narrow512 < 0) narrow512 = detect_narrow512();
+    return narrow512;
+}
+
+/* whether a product of m_whole rows, n columns and depth k takes the AVX-512 tiles (the same for every part of it, so
+ * that a product run in parts sums as the whole one) */
+static inline int product512(int64_t m_whole, int64_t n, int64_t k) {
+    if (!avx512_on()) return 0;
+    if (!leti_set_narrow512(-1)) return 1;
+    int64_t tail = n % NR;
+    int half = tail > 0 && tail <= NR / 2;
+    return !((half && m_whole >= NARROW_MIN_ROWS) || (k < NARROW_MIN_K && n <= NARROW_MAX_N_K && m_whole >= NARROW_MIN_ROWS_K));
+}
+
+/* product512 for the tests (tests/engine/test_narrow512.py): a product's rows, columns and depth */
+int64_t leti_product512(int64_t m, int64_t n, int64_t k) {
+    return product512(m, n, k);
+}
+
+/* whether a window of co outputs a group takes the AVX-512 windows (leti_window_rows512, leti_window_pairs512) */
+int64_t leti_window512(int64_t co) {
+    return avx512_on() && !(co <= 8 && leti_set_narrow512(-1));
 }
 
 #define ROWZ(r) \
@@ -783,25 +841,26 @@ void leti_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
  * the whole product's bit for bit: a native program's product run in bands (program.c, STEP_GEMM_DWCONV) */
 void leti_sgemm_part(int64_t m_whole, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
                      float *y, int64_t ldy, const float *bias, const float *res, int64_t act) {
-    if (quad512 && k <= QUAD_MAX_K && n >= 4 * NR && avx512_on()) { /* whole 64s of columns by 6 x 64 tiles */
+    const int z = product512(m_whole, n, k);
+    if (quad512 && k <= QUAD_MAX_K && n >= 4 * NR && z) { /* whole 64s of columns by 6 x 64 tiles */
         int64_t done = n / (4 * NR) * 4 * NR;
         quads512(m, done / (4 * NR), k, a, lda, bp, y, ldy, bias, res, act);
         if (done == n) return;
         n -= done, bp += done * k, y += done, bias = bias ? bias + done : 0, res = res ? res + done : 0;
     }
     int64_t panels = (n + NR - 1) / NR;
-    if (m_whole > FULL_MIN_ROWS && k <= FULL_MAX_K && !avx512_on() &&
+    if (m_whole > FULL_MIN_ROWS && k <= FULL_MAX_K && !z &&
         (full_k > 0 || (full_k < 0 && leti_set_full_k(-1)))) {
         sgemm_full_k(m, n, k, a, lda, bp, y, ldy, bias, res, act);
         return;
     }
-    const int64_t kb = avx512_on() ? kc512 : KC;
+    const int64_t kb = z ? kc512 : KC;
     for (int64_t k0 = 0; k0 < k; k0 += kb) {
         int64_t kc = k - k0 < kb ? k - k0 : kb;
         int first = k0 == 0, last = k0 + kc >= k;
         for (int64_t q0 = 0; q0 < panels; q0 += PC) {
             int64_t q1 = q0 + PC < panels ? q0 + PC : panels;
-            if (avx512_on()) {
+            if (z) {
                 /* the chunk after this one: the next panels at this k block, or the first ones at the next */
                 int64_t nq0 = q1 < panels ? q1 : 0, nk0 = q1 < panels ? k0 : k0 + kb;
                 int64_t nnp = nk0 >= k ? 0 : (nq0 + PC < panels ? PC : panels - nq0);
@@ -1035,7 +1094,7 @@ void leti_conv_window(const float *xp, int64_t wp, int64_t ci, int64_t groups, i
                       int64_t act, int64_t r0, int64_t r1) {
     int64_t panels = (co + NR - 1) / NR, k = kh * kw * ci, cs = groups * ci, ldy = groups * co;
     /* RegNet's groups of 8: two per zmm (window512.c) */
-    if (co == 8 && groups >= 2 && ci % 8 == 0 && avx512_on() &&
+    if (co == 8 && groups >= 2 && ci % 8 == 0 && leti_window512(co) &&
         leti_window_pairs512(xp, wp, ci, groups, kh, kw, sh, sw, bp, y, ow, bias, res, act, r0, r1))
         return;
     for (int64_t oy = r0; oy < r1; ++oy)
@@ -1093,7 +1152,7 @@ void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci,
                               int64_t sh, int64_t sw, int64_t pt, int64_t pl, const float *bp, int64_t co, float *y,
                               int64_t ow, const float *bias, const float *res, int64_t act, int64_t u0, int64_t u1) {
     int64_t panels = (co + NR - 1) / NR, k = kh * kw * ci, cs = groups * ci, ldy = groups * co, wp = (ow - 1) * sw + kw;
-    if (!avx512_on() && leti_edge_windows_take(co, pl, wp - pl - wd)) { /* no copy: taps on padding skipped */
+    if (!leti_window512(co) && leti_edge_windows_take(co, pl, wp - pl - wd)) { /* no copy: taps on padding skipped */
         leti_conv_window_edges(x, h, wd, ci, groups, kh, kw, sh, sw, pt, pl, bp, co, y, ow, bias, res, act, u0, u1);
         return;
     }
@@ -1111,7 +1170,7 @@ void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci,
     if (hi < ow && hi > ow - BORDER_PIXELS) hi = ow - BORDER_PIXELS;
     if (hi <= lo) whole_rows = 1;
     if (whole_rows && lo == 0 && hi == ow) whole_rows = 0; /* no border at all */
-    if (whole_rows || avx512_on()) { /* small maps, and the AVX-512 windows (whole padded rows: window512.c): the rows
+    if (whole_rows || leti_window512(co)) { /* small maps, and the AVX-512 windows (whole padded rows: window512.c): the rows
                                        * of units u0..u1-1 padded once, as the padded copy held them */
         int64_t oy0 = u0 / groups, oy1 = (u1 + groups - 1) / groups, rows = (oy1 - oy0 - 1) * sh + kh;
         float *buf = malloc((size_t)(rows * wp * cs + 8) * sizeof(float));

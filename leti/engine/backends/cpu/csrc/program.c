@@ -55,6 +55,7 @@ void leti_conv_window_inplace(const float *x, int64_t h, int64_t wd, int64_t ci,
                               int64_t sh, int64_t sw, int64_t pt, int64_t pl, const float *bp, int64_t co, float *y,
                               int64_t ow, const float *bias, const float *res, int64_t act, int64_t u0, int64_t u1);
 int64_t leti_set_avx512(int64_t on);
+int64_t leti_window512(int64_t co); /* gemm.c: whether a window of co outputs a group takes the AVX-512 tiles */
 void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *w, const float *bias, int64_t h,
                          int64_t wd, int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                          int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1);
@@ -497,7 +498,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
     }
     case STEP_WINDOW: { /* src row ci groups kh kw sh sw bp co y ow bias res act oh: output rows split, or rows x groups */
         int64_t oh = s[16], groups = s[4], parts = MAX(1, MIN(T, oh));
-        if (threads > 1 && groups > 1 && window_units && !leti_set_avx512(-1)) { /* AVX-512: pairs of groups, rows split */
+        if (threads > 1 && groups > 1 && window_units && !leti_window512(s[10])) { /* AVX-512: pairs of groups, rows split */
             int64_t units = oh * groups;
             leti_conv_window_units(F(1), s[2], s[3], s[4], s[5], s[6], s[7], s[8], F(9), s[10], F(11), s[12], F(13),
                                    F(14), s[15], t * units / T, (t + 1) * units / T);
@@ -511,7 +512,7 @@ static void step_part(const int64_t *s, int64_t t, int64_t T, int64_t threads) {
     case STEP_WINDOW_IN_PLACE: { /* x h wd ci groups kh kw sh sw pt pl bp co y ow bias res act oh: the window without a
                                   * padded copy (gemm.c); output rows split, or rows x groups as STEP_WINDOW */
         int64_t oh = s[19], groups = s[5], units = oh * groups, u0, u1;
-        if (threads > 1 && groups > 1 && window_units && !leti_set_avx512(-1)) {
+        if (threads > 1 && groups > 1 && window_units && !leti_window512(s[13])) {
             u0 = t * units / T, u1 = (t + 1) * units / T;
         } else {
             int64_t parts = MAX(1, MIN(T, oh));
