@@ -14,6 +14,10 @@
   channels two per vector; elsewhere ``csrc/window_edges.c`` runs groups of at most 8 outputs reading the input in
   place, the taps on padding skipped (no padded copy).
 
+On a core that issues 512-bit FMAs as two 256-bit halves (a Zen 4), the AVX-512 code is kept only where it wins there:
+products with a half-full last panel or few inner products, groups of at most 8 outputs and stride-1 depthwise
+convolutions run the AVX2 code (:func:`set_narrow512`; ``docs/engine.md``, session 50).
+
 Why not a BLAS: the engine's weights are constants and its shapes static, so B can be packed once at
 resize instead of on every call, and the epilogue can run while the output block is still in
 registers. On this project's Zen 3 host (one thread) that made 22 MobileNet, ResNet and NB101 products
