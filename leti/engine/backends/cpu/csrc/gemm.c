@@ -353,8 +353,10 @@ int64_t leti_set_avx512(int64_t on) {
  * where the 6 x 64 quads and the 12-row tiles set up more than they compute; from k = 128 on with whole 16-column
  * panels they take 0.81-0.99x (fewer loads and broadcasts per FMA), and 0.83-0.85x on a single row (a classifier).
  * RegNet's groups of 8 in pairs (leti_window_pairs512) take ~1.4x the AVX2 windows that skip the padding in place.
- * So there a product of at least NARROW_MIN_ROWS rows takes the AVX2 tiles when its last panel is at most half full
- * or its depth is under NARROW_MIN_K, and groups of at most 8 outputs take the AVX2 windows. On a full-width core (Zen
+ * Under 100 rows the AVX-512 tiles won on every shape tried (0.84-0.96x), and from k = 128 on, or past 192 columns at
+ * 256-392 rows, the AVX2 ones lost by up to 24 %. So there a product takes the AVX2 tiles when its last panel is at
+ * most half full (from NARROW_MIN_ROWS rows) or its depth is under NARROW_MIN_K (from NARROW_MIN_ROWS_K rows, at most
+ * NARROW_MAX_N_K columns), and groups of at most 8 outputs take the AVX2 windows. On a full-width core (Zen
  * 5, where session 24 measured the pairs at 0.6-0.75x the AVX2 windows) nothing changes. LETI_NARROW512=0/1 or
  * leti_set_narrow512 overrides the detection. */
 #define NARROW_MIN_ROWS 128
@@ -389,7 +391,8 @@ static inline int product512(int64_t m_whole, int64_t n, int64_t k) {
     if (!leti_set_narrow512(-1)) return 1;
     int64_t tail = n % NR;
     int half = tail > 0 && tail <= NR / 2;
-    return !((half && m_whole >= NARROW_MIN_ROWS) || (k < NARROW_MIN_K && n <= NARROW_MAX_N_K && m_whole >= NARROW_MIN_ROWS_K));
+    int shallow = k < NARROW_MIN_K && n <= NARROW_MAX_N_K && m_whole >= NARROW_MIN_ROWS_K;
+    return !((half && m_whole >= NARROW_MIN_ROWS) || shallow);
 }
 
 /* product512 for the tests (tests/engine/test_narrow512.py): a product's rows, columns and depth */
