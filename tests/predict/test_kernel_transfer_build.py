@@ -152,7 +152,8 @@ def test_transfer_refusals_are_one_line(case, sampler, tmp_path, capsys):
     elif case == "itself":
         _source(sampler, ["relu"], device="local").save(src)
         want = f"--transfer-from {src} is the kernel predictor of this very device (device 'local', runtime " \
-               "'tflite-xnnpack', precision 'float'): a transfer to itself makes no sense"
+               "'tflite-xnnpack', precision 'float', measured on a machine its build did not record): a transfer to " \
+               "itself makes no sense"
     else:
         _source(sampler, ["relu"], precision="int8").save(src)
         want = f"--transfer-from {src} describes precision 'int8', and a kernel build measures 'float' kernels"
@@ -161,6 +162,22 @@ def test_transfer_refusals_are_one_line(case, sampler, tmp_path, capsys):
     lines = err.strip().splitlines()
     assert code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {want}"), err
     assert not (tmp_path / "kp").exists()
+
+
+def test_the_same_device_on_another_recorded_machine_is_a_source(sampler, tmp_path):
+    """``local`` timed on another machine (its recorded hosts) transfers; timed here it is refused."""
+    from leti.device.host import host_identity
+    from leti.errors import LetiError
+    from leti.predict.kernels.build_transfer import load_source
+
+    src = _source(sampler, ["relu"], device="local")
+    src.hosts = [{"id": "another-vm", "cpu": "elsewhere"}]
+    src.save(tmp_path / "other")
+    assert load_source(tmp_path / "other", "local", "tflite-xnnpack").hosts == src.hosts
+    src.hosts = [host_identity()]
+    src.save(tmp_path / "here")
+    with pytest.raises(LetiError, match="measured on this machine"):
+        load_source(tmp_path / "here", "local", "tflite-xnnpack")
 
 
 def test_weight_space_evidence_is_the_same_fit():

@@ -79,16 +79,20 @@ class TransferReport:
 
 def load_source(folder: str | Path, device_id: str, runtime: str) -> KernelLatencyPredictor:
     """The source predictor at ``folder``, refused in one line when it is no kernel predictor, when it already
-    describes ``device_id`` on ``runtime``, or when it is of another precision than a build measures."""
+    describes ``device_id`` on ``runtime`` on this machine (or on machines it did not record: a store of before session
+    47), or when it is of another precision than a build measures. The same device on another recorded machine is a
+    source like another device's: ``local`` built on one VM is another machine than ``local`` here (session 50: the
+    Zen 3 store on a Zen 4 predicted the zoo 21 % high)."""
     folder = Path(folder)
     if not is_kernel_predictor(folder):
         raise LetiError(f"--transfer-from {folder} is not a kernel predictor (no {MANIFEST} of leti kernels build or "
                         "leti fit --kernels in it); give the folder of another device's kernel predictor")
     src = load_kernel_predictor(folder)
-    if src.device == device_id and src.runtime == runtime:
-        raise LetiError(f"--transfer-from {folder} is the kernel predictor of this very device ({src.describes}): "
-                        "a transfer to itself makes no sense; continue its own build instead, or transfer from "
-                        "another device's predictor")
+    if src.device == device_id and src.runtime == runtime and src.host != "other":
+        where = "this machine" if src.host == "this" else "a machine its build did not record"
+        raise LetiError(f"--transfer-from {folder} is the kernel predictor of this very device ({src.describes}, "
+                        f"measured on {where}): a transfer to itself makes no sense; continue its own build instead, "
+                        "or transfer from another device's or another machine's predictor")
     if src.precision != PRECISION:
         raise LetiError(f"--transfer-from {folder} describes precision {src.precision!r}, and a kernel build "
                         f"measures {PRECISION!r} kernels; transfer needs a source of the same precision")
