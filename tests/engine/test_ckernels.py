@@ -221,6 +221,15 @@ def test_leti_depthwise3x3_matches_numpy(rng, threads, act, nb, h, wd, c, stride
     assert rel_err(y, _dw_ref(x, w, b, stride, dil, pads, (oh, ow), act)) < TOL
 
 
+def dw_case(rng, c: int, stride: tuple[int, int]):
+    """A 3×3 depthwise case over a 9 × 11 × c input padded by one: (stride, output size, x, w, b)."""
+    (sh, sw), h, wd = stride, 9, 11
+    x = rng.standard_normal((1, h, wd, c)).astype(np.float32)
+    w = rng.standard_normal((3, 3, c)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    return stride, ((h + 2 - 3) // sh + 1, (wd + 2 - 3) // sw + 1), x, w, b
+
+
 @needs_leti
 @pytest.mark.parametrize("c, stride", [(512, (1, 1)), (544, (1, 1)), (1024, (1, 1)), (160, (2, 2)), (128, (2, 1))])
 def test_depthwise3x3_packed_path_gives_the_strips_sums(rng, c, stride):
@@ -232,12 +241,7 @@ def test_depthwise3x3_packed_path_gives_the_strips_sums(rng, c, stride):
     where it is taken (values alone would not show that the packed path ran)."""
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
 
-    (sh, sw) = stride
-    h, wd = 9, 11
-    oh, ow = (h + 2 - 3) // sh + 1, (wd + 2 - 3) // sw + 1
-    x = rng.standard_normal((1, h, wd, c)).astype(np.float32)
-    w = rng.standard_normal((3, 3, c)).astype(np.float32)
-    b = rng.standard_normal(c).astype(np.float32)
+    (sh, sw), (oh, ow), x, w, b = dw_case(rng, c, stride)
     has512 = ckernels.set_avx512(None)
     avx2_takes = c % 32 == 0 and c >= (128 if stride != (1, 1) else 1024)
 

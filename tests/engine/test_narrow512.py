@@ -12,7 +12,7 @@ import pytest
 from leti.engine.backends.cpu import ckernels
 from leti.engine.backends.cpu import gemm as G
 from tests.engine.conftest import rel_err
-from tests.engine.test_ckernels import TOL, _conv_ref, _dw_ref, _ref, needs_leti
+from tests.engine.test_ckernels import TOL, _conv_ref, _dw_ref, _ref, dw_case, needs_leti
 
 
 @pytest.fixture
@@ -106,12 +106,7 @@ def test_narrow_groups_of_8_take_the_avx2_windows(avx512_host, rng, threads, h, 
 def test_narrow_depthwise_takes_the_8_lane_code_at_stride_1(avx512_host, rng, c, stride, avx2):
     from leti.engine.backends.cpu.dwconv import depthwise3x3_leti
 
-    (sh, sw) = stride
-    h, wd = 9, 11
-    oh, ow = (h + 2 - 3) // sh + 1, (wd + 2 - 3) // sw + 1
-    x = rng.standard_normal((1, h, wd, c)).astype(np.float32)
-    w = rng.standard_normal((3, 3, c)).astype(np.float32)
-    b = rng.standard_normal(c).astype(np.float32)
+    (sh, sw), (oh, ow), x, w, b = dw_case(rng, c, stride)
     wts = ckernels.dw3x3_weights(w.reshape(9, c), b)
     ref = _dw_ref(x, w, b, stride, (1, 1), (1, 1), (oh, ow), 2)
 
