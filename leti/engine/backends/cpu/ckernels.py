@@ -157,9 +157,10 @@ def set_avx512(on: bool | None) -> bool:
 
 def set_narrow512(on: bool | None) -> bool:
     """Ask for the choices of a core that runs 512-bit FMAs as two 256-bit halves (a Zen 4, detected by default; off
-    elsewhere or with ``LETI_NARROW512=0``): products with a half-full last panel or fewer than 128 inner products, and
-    groups of at most 8 outputs, on the AVX2 tiles (``csrc/gemm.c``, ``product512``); ``None`` only asks. Returns
-    whether they apply."""
+    elsewhere or with ``LETI_NARROW512=0``): products with a half-full last panel or fewer than 128 inner products,
+    groups of at most 8 outputs and stride-1 depthwise convolutions on the AVX2 code (``csrc/gemm.c``, ``product512``;
+    ``csrc/dwconv.c``, ``dw_packed16``); ``None`` only asks. Returns whether they are asked for (they change nothing
+    where the AVX-512 code is off)."""
     return _flag("leti_set_narrow512", on)
 
 

@@ -218,8 +218,8 @@ void leti_dwconv3x3_band(const float *x, int64_t x_row0, float *y, const float *
                          int64_t wd, int64_t c, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                          int64_t pt, int64_t pl, int64_t act, int64_t r0, int64_t r1) {
     if (dw_takes_packed(c, sh, sw)) {
-        (dw_packed16(sh > 1 || sw > 1) ? dw_pixels_packed : dw_pixels_packed8)(x, x_row0, y, w + 9 * c, h, wd, c, oh, ow, sh, sw,
-                                                                     dh, dw, pt, pl, act, r0, r1);
+        (dw_packed16(sh > 1 || sw > 1) ? dw_pixels_packed : dw_pixels_packed8)(x, x_row0, y, w + 9 * c, h, wd, c, oh,
+                                                                               ow, sh, sw, dh, dw, pt, pl, act, r0, r1);
         return;
     }
     const int64_t row_in = wd * c, img_in = h * row_in, row_out = ow * c;

@@ -374,7 +374,7 @@ static int detect_narrow512(void) {
     __get_cpuid(1, &a, &b, &c, &d);
     unsigned family = (a >> 8) & 0xf;
     if (family == 0xf) family += (a >> 20) & 0xff;
-    return family == 0x19; /* Zen 3 (no avx512f) and Zen 4 */
+    return family == 0x19 && __builtin_cpu_supports("avx512f"); /* Zen 4 (Zen 3, also 0x19, has no avx512f) */
 }
 
 /* ask for the narrow-core choices (on = 1) or none (on = 0), or only ask (on < 0); returns whether they apply */
