@@ -123,16 +123,17 @@ def _build(out: Path) -> str:
 
 
 @lru_cache(maxsize=None)
-def setter(symbol: str):
+def setter(symbol: str, args: int = 1):
     """One of the library's ``int64_t leti_set_*(int64_t)`` switches as a ctypes function (a negative argument only
-    asks), or None where the library is unavailable; AttributeError where it has no such symbol."""
+    asks), or another of its functions of ``args`` int64 arguments returning an int64; None where the library is
+    unavailable; AttributeError where it has no such symbol."""
     import ctypes
 
     path = library()
     if path is None:
         return None
     f = getattr(ctypes.CDLL(str(path)), symbol)
-    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64] * args
     return f
 
 
@@ -166,14 +167,8 @@ def set_narrow512(on: bool | None) -> bool:
 def takes_avx512(rows: int, cols: int, depth: int) -> bool:
     """Whether a product of ``rows`` × ``depth`` by ``depth`` × ``cols`` runs on the AVX-512 tiles under the current
     settings (:func:`set_avx512`, :func:`set_narrow512`); False without the library."""
-    import ctypes
-
-    path = library()
-    if path is None:
-        return False
-    f = ctypes.CDLL(str(path)).leti_product512
-    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64] * 3
-    return bool(f(rows, cols, depth))
+    f = setter("leti_product512", 3)
+    return f is not None and bool(f(rows, cols, depth))
 
 
 def window_takes_avx512(cols: int) -> bool:
