@@ -80,3 +80,54 @@ def test_coverage_fit_answers_real_kernels_better_when_corners_follow_another_la
         errs[cov] = float(np.mean(np.abs(np.log(ms / probe.latency_ms.to_numpy()))))
     assert errs[True] < errs[False]
 
+
+
+def _noisy_corner_table(seed: int = 3) -> tuple[pd.DataFrame, int]:
+    """conv2d kernels of the real distribution on a smooth law, and as many corner ones (1-2 channels in, large maps)
+    whose times scatter ±2.5x and are as long as the longest real ones: what made session 50's adaptive rounds draw
+    corners."""
+    import json
+
+    real, corner = _mixed_conv2d(80, 80, seed=seed)
+    table = _rows(real + corner, np.ones(len(real) + len(corner)))
+    rng = np.random.default_rng(seed)
+    law = 2e-9 * table.flops.to_numpy() + 1e-3
+    scatter = np.exp(rng.uniform(-0.9, 0.9, len(table)))
+    is_corner = np.arange(len(table)) >= len(real)
+    table["latency_ms"] = np.where(is_corner, law[~is_corner].max() * scatter, law * np.exp(rng.normal(0, 0.05, len(table))))
+    table["config"] = [json.dumps(c.to_dict(), sort_keys=True) for c in real + corner]
+    return table, len(real)
+
+
+def test_worst_kernels_steering_the_next_round_are_real_like_with_coverage():
+    from leti.predict.kernels.build_fit import cv_by_type
+
+    table, n_real = _noisy_corner_table()
+    corner_names = {KernelConfig.from_dict(__import__("json").loads(c)).name for c in table.config.iloc[n_real:]}
+    params = {"n_members": 2, "n_estimators": 30, "max_depth": 3}
+    shares = {}
+    for cov in (False, True):
+        cv, worst, reg, odds = cv_by_type(table, {**params, "coverage": cov}, seed=0)
+        assert (odds is not None) is cov and reg.params["coverage"] is cov
+        picked = worst["conv2d"]
+        assert len(picked) == len(table) // 5
+        shares[cov] = np.mean([c.name in corner_names for c in picked])
+    assert shares[False] > 0.6  # the noisy, slow corners are "worst" by error alone
+    assert shares[True] < 0.3  # weighed by their odds of being a real network's kernel, they are not
+
+
+def test_candidate_scores_discount_corners_of_equal_uncertainty():
+    from leti.predict.kernels.build_fit import candidate_scores, predicted_log_std
+    from leti.predict.kernels.coverage import POWER, RealOdds
+
+    table, n_real = _noisy_corner_table(seed=4)
+    reg = KernelRegressors(n_members=3, n_estimators=30, max_depth=3).fit(table)
+    odds = RealOdds(table)
+    real, corner = _mixed_conv2d(30, 30, seed=5)
+    spread = predicted_log_std(reg, real + corner)
+    value = candidate_scores(reg, real + corner, odds)
+    closeness = value / spread
+    assert np.all(closeness >= 1 / CLIP - 1e-9) and np.all(closeness <= CLIP + 1e-9)
+    assert np.median(closeness[:30]) > 2 * np.median(closeness[30:])
+    assert np.array_equal(candidate_scores(reg, real, None), predicted_log_std(reg, real))  # no odds: the spread alone
+    assert POWER > 0

@@ -37,8 +37,8 @@ import pandas as pd
 
 from leti.errors import LetiError
 from leti.models.kernel_models import KernelConfig
-from leti.predict.kernels.build_fit import (calibration_tables, check_overhead, cv_by_type, fit_final, kernel_table,
-                                           predicted_log_std)
+from leti.predict.kernels.build_fit import (calibration_tables, candidate_scores, check_overhead, cv_by_type, fit_final,
+                                           kernel_table)
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.split import FusionRules, rules_for
 
@@ -136,8 +136,9 @@ def _plan_initial(sampler, types: list[str], weights: dict[str, float], per_type
 
 
 def _plan_adaptive(store: BuildStore, sampler, types: list[str], weights: dict[str, float], cv: dict,
-                   worst: dict[str, list[KernelConfig]], regressors, quota: int, rng) -> list:
-    """The next round: ``quota`` kernels over types by weight × CV error, then by predicted uncertainty."""
+                   worst: dict[str, list[KernelConfig]], regressors, quota: int, rng, odds=None) -> list:
+    """The next round: ``quota`` kernels over types by weight × CV error, then by predicted uncertainty (times
+    the candidate's closeness to real networks' kernels, given their ``odds``: :func:`~.build_fit.candidate_scores`)."""
     score = {t: weights.get(t, 0.0) * (cv.get(t, {}).get("err", 1.0) + 0.02) + 1e-3 for t in types}
     total = sum(score.values())
     known = store.names()
@@ -150,8 +151,8 @@ def _plan_adaptive(store: BuildStore, sampler, types: list[str], weights: dict[s
         pool = [c for c in {c.name: c for c in pool}.values() if c.name not in known]
         if not pool:
             continue
-        spread = predicted_log_std(regressors, pool) if t in regressors.types_ else np.ones(len(pool))
-        order = np.argsort(-spread)[:n]
+        value = candidate_scores(regressors, pool, odds) if t in regressors.types_ else np.ones(len(pool))
+        order = np.argsort(-value)[:n]
         per_type.append(_items([pool[i] for i in order], "adaptive"))
     return interleave(per_type)
 
@@ -274,7 +275,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             # fit, cross-validate, plan the next round
             t0 = time.perf_counter()
             table = kernel_table(store, runtime)
-            cv, worst, regressors = cv_by_type(table, params, seed)
+            cv, worst, regressors, odds = cv_by_type(table, params, seed)
             store.set("last_fit_s", time.perf_counter() - t0)
             last = len(store.rounds()) - 1
             store.finish_round(last, time.perf_counter() - t0, cv)
@@ -288,7 +289,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
             quota = int(np.clip(0.5 * len(table), 40, 600))
             rng = np.random.default_rng([seed, last + 1])
             planned = store.plan("kernel", _plan_adaptive(store, sampler, types, weights, cv, worst, regressors,
-                                                          quota, rng), last + 1)
+                                                          quota, rng, odds), last + 1)
             store.start_round(last + 1, planned)
         cache = _cache_profile(store, bench, types, cache_probe, tick)
         clock.save()

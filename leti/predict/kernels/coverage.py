@@ -23,6 +23,10 @@ timed alone (``benchmarks/bench_kernels_alone.py``): the models' kernel sums 4.9
 conv2d's latency-weighted |log error| 0.121 → 0.109. Plain odds starved the corners (the build's cross-validated
 conv2d wMAPE 12 → 24 %). Measuring more of the real distribution instead did not help the models; the sweep and
 that try: ``benchmarks/results/zoo_kernels_local_cpu.md``, session 31.
+
+The same odds (:class:`RealOdds`) steer the build's adaptive rounds since session 51
+(:func:`~.build_fit.cv_by_type`, :func:`~.build_fit.candidate_scores`): weighing the fit alone left the rounds drawing
+around the corners they could not predict (noisy 1-2 channel convolutions: 1,653 of session 50's 2,713 conv2d kernels).
 """
 
 from __future__ import annotations
@@ -64,27 +68,59 @@ def real_shapes(kernel_type: str, n: int = DRAWS, seed: int = 0) -> np.ndarray |
     return shape_features(pd.DataFrame([expected_row(c) for c in configs])) if configs else None
 
 
-def coverage_weights(table: pd.DataFrame, seed: int = 0) -> np.ndarray:
-    """Per row of a measured kernel table: its weight in its type's fit (mean 1 per type; 1 for types without
-    real draws or with fewer than :data:`MIN_ROWS` rows)."""
-    from sklearn.ensemble import HistGradientBoostingClassifier
+class RealOdds:
+    """Per kernel type, a classifier's odds that a kernel shape is a draw of the real distribution rather than one of
+    ``table``'s measured kernels (:func:`shape_features`; types with fewer than :data:`MIN_ROWS` rows or no real draws
+    have none: odds 1). :meth:`odds` answers for any rows, measured or not (a build's candidates);
+    :meth:`relative` divides by the type's median odds over ``table``, so 1 is a typical measured kernel."""
 
+    def __init__(self, table: pd.DataFrame, seed: int = 0) -> None:
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        self.classifiers: dict = {}
+        self.median: dict[str, float] = {}
+        types = table["kernel_type"].astype(str).to_numpy()
+        for t in sorted(set(types)):
+            m = types == t
+            if m.sum() < MIN_ROWS:
+                continue
+            x_real = real_shapes(t, seed=seed)
+            if x_real is None or len(x_real) < MIN_ROWS:
+                continue
+            x_meas = shape_features(table[m])
+            x = np.vstack([x_meas, x_real])
+            y = np.r_[np.zeros(len(x_meas)), np.ones(len(x_real))]
+            self.classifiers[t] = HistGradientBoostingClassifier(
+                max_depth=3, max_iter=100, learning_rate=0.1, class_weight="balanced", random_state=seed).fit(x, y)
+            self.median[t] = float(np.median(self.odds(table[m])))
+
+    def odds(self, rows: pd.DataFrame) -> np.ndarray:
+        types = rows["kernel_type"].astype(str).to_numpy()
+        out = np.ones(len(rows))
+        for t, clf in self.classifiers.items():
+            m = types == t
+            if m.any():
+                p = np.clip(clf.predict_proba(shape_features(rows[m]))[:, 1], 1e-6, 1 - 1e-6)
+                out[m] = p / (1 - p)
+        return out
+
+    def relative(self, rows: pd.DataFrame) -> np.ndarray:
+        types = rows["kernel_type"].astype(str).to_numpy()
+        med = np.array([self.median.get(t, 1.0) for t in types]) if len(rows) else np.ones(0)
+        return self.odds(rows) / np.maximum(med, 1e-12)
+
+
+def coverage_weights(table: pd.DataFrame, seed: int = 0, odds: RealOdds | None = None) -> np.ndarray:
+    """Per row of a measured kernel table: its weight in its type's fit (mean 1 per type; 1 for types without
+    real draws or with fewer than :data:`MIN_ROWS` rows). ``odds``: the table's :class:`RealOdds`, when fitted
+    already."""
+    odds = odds if odds is not None else RealOdds(table, seed)
     types = table["kernel_type"].astype(str).to_numpy()
     out = np.ones(len(table))
-    for t in sorted(set(types)):
+    raw = odds.odds(table)
+    for t in odds.classifiers:
         m = types == t
-        if m.sum() < MIN_ROWS:
-            continue
-        x_real = real_shapes(t, seed=seed)
-        if x_real is None or len(x_real) < MIN_ROWS:
-            continue
-        x_meas = shape_features(table[m])
-        x = np.vstack([x_meas, x_real])
-        y = np.r_[np.zeros(len(x_meas)), np.ones(len(x_real))]
-        clf = HistGradientBoostingClassifier(max_depth=3, max_iter=100, learning_rate=0.1, class_weight="balanced",
-                                             random_state=seed).fit(x, y)
-        p = np.clip(clf.predict_proba(x_meas)[:, 1], 1e-6, 1 - 1e-6)
-        w = (p / (1 - p)) ** POWER
+        w = raw[m] ** POWER
         med = np.median(w)
         w = np.clip(w, med / CLIP, med * CLIP)
         out[m] = w / w.mean()
