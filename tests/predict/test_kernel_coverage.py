@@ -131,3 +131,28 @@ def test_candidate_scores_discount_corners_of_equal_uncertainty():
     assert np.median(closeness[:30]) > 2 * np.median(closeness[30:])
     assert np.array_equal(candidate_scores(reg, real, None), predicted_log_std(reg, real))  # no odds: the spread alone
     assert POWER > 0
+
+
+def test_measurement_cost_reads_the_store_and_candidate_scores_pay_for_long_kernels(tmp_path):
+    from leti.predict.kernels.build_fit import MeasurementCost, candidate_scores, measurement_cost
+    from leti.predict.kernels.build_store import BuildStore
+
+    with BuildStore(tmp_path / "k.sqlite") as store:
+        assert measurement_cost(store) == MeasurementCost()  # nothing measured: the defaults
+        ms = np.geomspace(0.01, 50, 400)
+        with store.db:
+            for i, m in enumerate(ms):
+                store.db.execute("INSERT INTO items (kind, name, round, origin, kernel_type, config, status, mean_ms, "
+                                 "seconds) VALUES ('kernel', ?, 0, 'initial', 'conv2d', '{}', 'ok', ?, ?)",
+                                 (f"k{i}", float(m), 0.1 + 0.2 * float(m)))
+        cost = measurement_cost(store)
+    assert cost(np.array([0.01]))[0] == pytest.approx(0.102, rel=0.05)
+    assert cost(np.array([10.0]))[0] == pytest.approx(2.1, rel=0.1)
+    assert cost(np.array([500.0]))[0] > cost(np.array([50.0]))[0] * 5  # past the longest kernels: in proportion
+    table, _ = _noisy_corner_table(seed=6)
+    reg = KernelRegressors(n_members=3, n_estimators=30, max_depth=3).fit(table)
+    real, _ = _mixed_conv2d(40, 0, seed=7)
+    plain = candidate_scores(reg, real, None)
+    paid = candidate_scores(reg, real, None, cost)
+    pred_ms = reg.predict(_rows(real, np.ones(len(real))))[0]
+    assert np.allclose(paid, plain * np.sqrt(pred_ms) / cost(pred_ms))

@@ -38,7 +38,7 @@ import pandas as pd
 from leti.errors import LetiError
 from leti.models.kernel_models import KernelConfig
 from leti.predict.kernels.build_fit import (calibration_tables, candidate_scores, check_overhead, cv_by_type, fit_final,
-                                           kernel_table)
+                                           kernel_table, measurement_cost)
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.split import FusionRules, rules_for
 
@@ -138,10 +138,12 @@ def _plan_initial(sampler, types: list[str], weights: dict[str, float], per_type
 def _plan_adaptive(store: BuildStore, sampler, types: list[str], weights: dict[str, float], cv: dict,
                    worst: dict[str, list[KernelConfig]], regressors, quota: int, rng, odds=None) -> list:
     """The next round: ``quota`` kernels over types by weight × CV error, then by predicted uncertainty (times
-    the candidate's closeness to real networks' kernels, given their ``odds``: :func:`~.build_fit.candidate_scores`)."""
+    the candidate's closeness to real networks' kernels, given their ``odds``, per second of measuring it:
+    :func:`~.build_fit.candidate_scores`)."""
     score = {t: weights.get(t, 0.0) * (cv.get(t, {}).get("err", 1.0) + 0.02) + 1e-3 for t in types}
     total = sum(score.values())
     known = store.names()
+    cost = measurement_cost(store)
     per_type = []
     for t in types:
         n = max(2, int(round(quota * score[t] / total)))
@@ -151,7 +153,7 @@ def _plan_adaptive(store: BuildStore, sampler, types: list[str], weights: dict[s
         pool = [c for c in {c.name: c for c in pool}.values() if c.name not in known]
         if not pool:
             continue
-        value = candidate_scores(regressors, pool, odds) if t in regressors.types_ else np.ones(len(pool))
+        value = candidate_scores(regressors, pool, odds, cost) if t in regressors.types_ else np.ones(len(pool))
         order = np.argsort(-value)[:n]
         per_type.append(_items([pool[i] for i in order], "adaptive"))
     return interleave(per_type)

@@ -10,6 +10,7 @@ calibration models.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,8 @@ MIN_CV_ROWS = 8
 #: how far a kernel's odds of being a real network's kernel (relative to the type's median) move its rank among the
 #: worst predicted (:func:`cv_by_type`), either way
 IMPORTANCE_CLIP = 30.0
+#: the fewest measured kernels per bin :func:`measurement_cost` reads a device's cost from
+MIN_COST_ROWS = 20
 #: calibration models faster than this are left out of the overhead fit: microseconds of per-invoke and
 #: per-kernel cost dominate them, and a fit for relative error weighs each as much as a real network
 #: (measured: 40 chains, the six under 0.05 ms off by 1.5-2x, pulled the sum's coefficient to 0.82 and real
@@ -175,15 +178,50 @@ def predicted_log_std(regressors: KernelRegressors, configs: list[KernelConfig])
     return regressors.predict(rows)[1]
 
 
-def candidate_scores(regressors: KernelRegressors, configs: list[KernelConfig], odds: RealOdds | None) -> np.ndarray:
+@dataclass(frozen=True)
+class MeasurementCost:
+    """What measuring one more kernel takes on a build's device: seconds (conversion and timing) by kernel ms, the
+    medians of the store's measured kernels in bins of ms, interpolated in log ms; past the longest bin, in
+    proportion. The protocol's run count falls with a kernel's length (150 runs under 0.1 ms, ~25 over 3 ms), so the
+    cost is no straight line: ~0.1 s up to 0.1 ms, 0.4 s at 2 ms, 11 s at 60 ms (session 51, a Zen 4)."""
+
+    ms: tuple[float, ...] = (0.02, 2.0, 60.0)
+    seconds: tuple[float, ...] = (0.1, 0.4, 11.0)
+
+    def __call__(self, ms: np.ndarray) -> np.ndarray:
+        ms = np.maximum(np.asarray(ms, np.float64), 1e-6)
+        x, y = np.log(self.ms), np.asarray(self.seconds)
+        out = np.interp(np.log(ms), x, y)
+        past = ms > self.ms[-1]
+        out[past] = y[-1] * ms[past] / self.ms[-1]
+        return np.maximum(out, 1e-3)
+
+
+def measurement_cost(store: BuildStore, bins: int = 10) -> MeasurementCost:
+    """The store's :class:`MeasurementCost` (the defaults until it has :data:`MIN_COST_ROWS` kernels a bin)."""
+    rows = store.db.execute("SELECT mean_ms, seconds FROM items WHERE kind='kernel' AND status='ok' "
+                            "AND seconds > 0 AND mean_ms > 0 ORDER BY mean_ms").fetchall()
+    if len(rows) < bins * MIN_COST_ROWS:
+        return MeasurementCost()
+    ms, sec = (np.array([r[i] for r in rows], np.float64) for i in (0, 1))
+    parts = np.array_split(np.arange(len(ms)), bins)
+    return MeasurementCost(tuple(float(np.median(ms[p])) for p in parts), tuple(float(np.median(sec[p])) for p in parts))
+
+
+def candidate_scores(regressors: KernelRegressors, configs: list[KernelConfig], odds: RealOdds | None,
+                     cost: MeasurementCost | None = None) -> np.ndarray:
     """How much measuring each candidate is worth: its predicted uncertainty times the weight the fit would give it
     (:func:`~.coverage.coverage_weights`' tempered, clipped odds; 1 without ``odds``), so a round measures where the
-    regressors are unsure *and* real networks' kernels are, and the corners (least sure always) only at a discount."""
+    regressors are unsure *and* real networks' kernels are, and the corners (least sure always) only at a discount;
+    with ``cost`` (:func:`measurement_cost`) times √(predicted ms) (the kernel's weight in a model's error, as the worst
+    are ranked) per predicted second of measuring it. Why the cost: session 51's build, ranking by the first two alone,
+    spent 380 s of a round's 530 on 29 depthwise 7×7 convolutions of 60-175 ms (ConvNeXt's, jittered to 176 pixels)."""
     rows = normalize(pd.DataFrame([expected_row(c) for c in configs]), "candidates")
-    spread = regressors.predict(rows)[1]
-    if odds is None:
-        return spread
-    return spread * np.clip(odds.relative(rows) ** POWER, 1 / CLIP, CLIP)
+    ms, spread = regressors.predict(rows)
+    value = spread if odds is None else spread * np.clip(odds.relative(rows) ** POWER, 1 / CLIP, CLIP)
+    if cost is not None:
+        value = value * np.sqrt(np.maximum(ms, 1e-6)) / cost(ms)
+    return value
 
 
 #: the forms of a build's per-model overhead (``leti kernels build --overhead``): ``fit``, fitted on the calibration
