@@ -154,7 +154,8 @@ def cv_by_type(table: pd.DataFrame, params: dict, seed: int = 0, folds: int = 3)
     logerr = np.abs(np.log(pred / y))
     close = np.ones(len(table)) if weight is None else weight
     importance = (np.ones(len(table)) if odds is None
-                  else np.clip(odds.relative(table), 1 / IMPORTANCE_CLIP, IMPORTANCE_CLIP))
+                  else np.clip(odds.table_odds / [odds.median.get(t, 1.0) for t in types], 1 / IMPORTANCE_CLIP,
+                               IMPORTANCE_CLIP))
     cv, worst = {}, {}
     for t in sorted(set(types)):
         m = types == t
@@ -199,11 +200,9 @@ class MeasurementCost:
 
 def measurement_cost(store: BuildStore, bins: int = 10) -> MeasurementCost:
     """The store's :class:`MeasurementCost` (the defaults until it has :data:`MIN_COST_ROWS` kernels a bin)."""
-    rows = store.db.execute("SELECT mean_ms, seconds FROM items WHERE kind='kernel' AND status='ok' "
-                            "AND seconds > 0 AND mean_ms > 0 ORDER BY mean_ms").fetchall()
-    if len(rows) < bins * MIN_COST_ROWS:
+    ms, sec = store.kernel_costs()
+    if len(ms) < bins * MIN_COST_ROWS:
         return MeasurementCost()
-    ms, sec = (np.array([r[i] for r in rows], np.float64) for i in (0, 1))
     parts = np.array_split(np.arange(len(ms)), bins)
     return MeasurementCost(tuple(float(np.median(ms[p])) for p in parts), tuple(float(np.median(sec[p])) for p in parts))
 

@@ -16,6 +16,7 @@ import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from leti.errors import DatasetError, LetiError
@@ -150,6 +151,12 @@ class BuildStore:
         for kind, status, n in self.db.execute("SELECT kind, status, COUNT(*) FROM items GROUP BY kind, status"):
             out.setdefault(kind, {})[status] = n
         return out
+
+    def kernel_costs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(raw mean ms, seconds spent) of every measured kernel, ordered by ms: what measuring a kernel costs."""
+        rows = self.db.execute("SELECT mean_ms, seconds FROM items WHERE kind='kernel' AND status='ok' "
+                               "AND seconds > 0 AND mean_ms > 0 ORDER BY mean_ms").fetchall()
+        return tuple(np.array([r[i] for r in rows], np.float64).reshape(-1) for i in (0, 1))
 
     def names(self) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM items")}

@@ -72,13 +72,15 @@ class RealOdds:
     """Per kernel type, a classifier's odds that a kernel shape is a draw of the real distribution rather than one of
     ``table``'s measured kernels (:func:`shape_features`; types with fewer than :data:`MIN_ROWS` rows or no real draws
     have none: odds 1). :meth:`odds` answers for any rows, measured or not (a build's candidates);
-    :meth:`relative` divides by the type's median odds over ``table``, so 1 is a typical measured kernel."""
+    :meth:`relative` divides by the type's median odds over ``table``, so 1 is a typical measured kernel;
+    :attr:`table_odds` holds ``table``'s own odds, computed once."""
 
     def __init__(self, table: pd.DataFrame, seed: int = 0) -> None:
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         self.classifiers: dict = {}
         self.median: dict[str, float] = {}
+        self.table_odds = np.ones(len(table))
         types = table["kernel_type"].astype(str).to_numpy()
         for t in sorted(set(types)):
             m = types == t
@@ -92,7 +94,8 @@ class RealOdds:
             y = np.r_[np.zeros(len(x_meas)), np.ones(len(x_real))]
             self.classifiers[t] = HistGradientBoostingClassifier(
                 max_depth=3, max_iter=100, learning_rate=0.1, class_weight="balanced", random_state=seed).fit(x, y)
-            self.median[t] = float(np.median(self.odds(table[m])))
+            self.table_odds[m] = self.odds(table[m])
+            self.median[t] = float(np.median(self.table_odds[m]))
 
     def odds(self, rows: pd.DataFrame) -> np.ndarray:
         types = rows["kernel_type"].astype(str).to_numpy()
@@ -112,12 +115,12 @@ class RealOdds:
 
 def coverage_weights(table: pd.DataFrame, seed: int = 0, odds: RealOdds | None = None) -> np.ndarray:
     """Per row of a measured kernel table: its weight in its type's fit (mean 1 per type; 1 for types without
-    real draws or with fewer than :data:`MIN_ROWS` rows). ``odds``: the table's :class:`RealOdds`, when fitted
-    already."""
+    real draws or with fewer than :data:`MIN_ROWS` rows). ``odds``: :class:`RealOdds` fitted on this very table,
+    when fitted already."""
     odds = odds if odds is not None else RealOdds(table, seed)
     types = table["kernel_type"].astype(str).to_numpy()
     out = np.ones(len(table))
-    raw = odds.odds(table)
+    raw = odds.table_odds
     for t in odds.classifiers:
         m = types == t
         w = raw[m] ** POWER
