@@ -19,7 +19,7 @@ from leti.errors import LetiError
 from leti.models.kernel_models import KernelConfig, expected_row
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.cache import CacheProfile
-from leti.predict.kernels.coverage import CLIP, POWER, RealOdds, coverage_weights
+from leti.predict.kernels.coverage import CLIP, POWER, RealOdds
 from leti.predict.kernels.model import KernelLatencyPredictor, fit_kernel_predictor
 from leti.predict.kernels.overhead import Overhead, model_aggregates
 from leti.predict.kernels.predictor import KernelRegressors
@@ -142,7 +142,7 @@ def cv_by_type(table: pd.DataFrame, params: dict, seed: int = 0, folds: int = 3)
     pred = np.full(len(table), np.nan)
     fold = _folds(types, folds, seed)
     odds = RealOdds(table, seed=seed) if params.get("coverage") else None  # once: ~7 s for 4,600 kernels
-    weight = coverage_weights(table, seed=seed, odds=odds) if odds is not None else None
+    weight = odds.weights() if odds is not None else None
     for f in range(folds):
         train, test = sub & (fold != f), sub & (fold == f)
         if test.any():
@@ -154,8 +154,7 @@ def cv_by_type(table: pd.DataFrame, params: dict, seed: int = 0, folds: int = 3)
     logerr = np.abs(np.log(pred / y))
     close = np.ones(len(table)) if weight is None else weight
     importance = (np.ones(len(table)) if odds is None
-                  else np.clip(odds.table_odds / [odds.median.get(t, 1.0) for t in types], 1 / IMPORTANCE_CLIP,
-                               IMPORTANCE_CLIP))
+                  else np.clip(odds.table_relative(), 1 / IMPORTANCE_CLIP, IMPORTANCE_CLIP))
     cv, worst = {}, {}
     for t in sorted(set(types)):
         m = types == t

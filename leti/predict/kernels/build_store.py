@@ -156,7 +156,8 @@ class BuildStore:
         """(raw mean ms, seconds spent) of every measured kernel, ordered by ms: what measuring a kernel costs."""
         rows = self.db.execute("SELECT mean_ms, seconds FROM items WHERE kind='kernel' AND status='ok' "
                                "AND seconds > 0 AND mean_ms > 0 ORDER BY mean_ms").fetchall()
-        return tuple(np.array([r[i] for r in rows], np.float64).reshape(-1) for i in (0, 1))
+        costs = np.array(rows, np.float64).reshape(-1, 2)
+        return costs[:, 0], costs[:, 1]
 
     def names(self) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM items")}

@@ -73,7 +73,8 @@ class RealOdds:
     ``table``'s measured kernels (:func:`shape_features`; types with fewer than :data:`MIN_ROWS` rows or no real draws
     have none: odds 1). :meth:`odds` answers for any rows, measured or not (a build's candidates);
     :meth:`relative` divides by the type's median odds over ``table``, so 1 is a typical measured kernel;
-    :attr:`table_odds` holds ``table``'s own odds, computed once."""
+    :attr:`table_odds` holds ``table``'s own odds, computed once, which :meth:`table_relative` and :meth:`weights`
+    read."""
 
     def __init__(self, table: pd.DataFrame, seed: int = 0) -> None:
         from sklearn.ensemble import HistGradientBoostingClassifier
@@ -81,7 +82,7 @@ class RealOdds:
         self.classifiers: dict = {}
         self.median: dict[str, float] = {}
         self.table_odds = np.ones(len(table))
-        types = table["kernel_type"].astype(str).to_numpy()
+        types = self._types = table["kernel_type"].astype(str).to_numpy()
         for t in sorted(set(types)):
             m = types == t
             if m.sum() < MIN_ROWS:
@@ -107,24 +108,30 @@ class RealOdds:
                 out[m] = p / (1 - p)
         return out
 
+    def _over_median(self, types: np.ndarray, odds: np.ndarray) -> np.ndarray:
+        med = np.array([self.median.get(t, 1.0) for t in types]) if len(types) else np.ones(0)
+        return odds / np.maximum(med, 1e-12)
+
     def relative(self, rows: pd.DataFrame) -> np.ndarray:
-        types = rows["kernel_type"].astype(str).to_numpy()
-        med = np.array([self.median.get(t, 1.0) for t in types]) if len(rows) else np.ones(0)
-        return self.odds(rows) / np.maximum(med, 1e-12)
+        return self._over_median(rows["kernel_type"].astype(str).to_numpy(), self.odds(rows))
+
+    def table_relative(self) -> np.ndarray:
+        """:meth:`relative` of the fitted table's own rows, from their odds computed once."""
+        return self._over_median(self._types, self.table_odds)
+
+    def weights(self) -> np.ndarray:
+        """Per row of the fitted table: its weight in its type's fit (mean 1 per type; 1 for types without real
+        draws or with fewer than :data:`MIN_ROWS` rows)."""
+        out = np.ones(len(self._types))
+        for t in self.classifiers:
+            m = self._types == t
+            w = self.table_odds[m] ** POWER
+            med = np.median(w)
+            w = np.clip(w, med / CLIP, med * CLIP)
+            out[m] = w / w.mean()
+        return out
 
 
-def coverage_weights(table: pd.DataFrame, seed: int = 0, odds: RealOdds | None = None) -> np.ndarray:
-    """Per row of a measured kernel table: its weight in its type's fit (mean 1 per type; 1 for types without
-    real draws or with fewer than :data:`MIN_ROWS` rows). ``odds``: :class:`RealOdds` fitted on this very table,
-    when fitted already."""
-    odds = odds if odds is not None else RealOdds(table, seed)
-    types = table["kernel_type"].astype(str).to_numpy()
-    out = np.ones(len(table))
-    raw = odds.table_odds
-    for t in odds.classifiers:
-        m = types == t
-        w = raw[m] ** POWER
-        med = np.median(w)
-        w = np.clip(w, med / CLIP, med * CLIP)
-        out[m] = w / w.mean()
-    return out
+def coverage_weights(table: pd.DataFrame, seed: int = 0) -> np.ndarray:
+    """Per row of a measured kernel table: its weight in its type's fit (:meth:`RealOdds.weights`)."""
+    return RealOdds(table, seed).weights()
