@@ -275,14 +275,57 @@ def test_rounds_refit_and_sample_where_the_predictor_is_unsure(tmp_path, warm_tf
     assert rows.alone_ms.iloc[0] < rows.alone_ms.iloc[1] and rows.segment.iloc[1].startswith("hard_swish@24x24")
 
 
+def test_calibration_is_timed_at_the_budget_s_pace_and_its_rest_reserved(tmp_path):
+    from leti.predict.kernels.build import _calibration_left_s, calibration_due
+    from leti.predict.kernels.build_store import BuildStore
+
+    # a share in proportion to the budget spent, at least one, all of them by the pace's share of the budget
+    assert [calibration_due(60, s, 1000, pace=0.8) for s in (0, 40, 400, 799, 800, 5000)] == [1, 3, 30, 60, 60, 60]
+    assert calibration_due(0, 500, 1000) == 0 and calibration_due(7, 1, 1000) == 1
+    with BuildStore(tmp_path / "kernels.sqlite") as store:
+        assert _calibration_left_s(store) == 0.0  # nothing planned: nothing reserved
+        store.plan("network", [(f"net-{i}", "network", "network", {"params": i}) for i in range(4)], 0)
+        store.plan("calibration", [(f"calib-{i}", "calibration", "chain", {"seed": i}) for i in range(2)], 0)
+        assert _calibration_left_s(store) == pytest.approx(4 * 4.0 + 2 * 1.5)  # the guesses before any was timed
+        ids = [item["id"] for item in store.pending("network")]
+        store.failed(ids[0], "could not build", 0.5)
+        m = type("M", (), {"ratio": 1.0, "ratio_std": 0.0, "ref_ms": 1.0, "mean_ms": 2.0, "runs": 5})()
+        store.done(ids[1], pd.DataFrame({"kernel_type": ["relu"]}), m, 10.0)
+        assert _calibration_left_s(store) == pytest.approx(2 * 10.0 + 2 * 1.5)  # the measured mean: failures aside
+
+
+def test_networks_are_timed_a_share_after_each_round(tmp_path, warm_tf, monkeypatch):
+    from leti.predict.kernels import build
+
+    fitted, order = [], []
+    monkeypatch.setattr(build, "calibration_due", lambda total, spent, budget: min(total, 1))
+    monkeypatch.setattr(build._Clock, "left", lambda self, left=build._Clock.left: -1.0 if fitted else left(self))
+
+    def notify(_s, _b, msg):
+        order.append(msg.split(":")[1].split()[0] if msg.startswith("round 0:") else msg)
+        fitted.extend([msg] if msg.startswith("round 0 fitted") else [])
+
+    report = build.build_kernel_predictor("local", tmp_path / "kp", 0.9, kernel_types=["relu"], n_calibration=0,
+                                          n_networks=3, initial_per_type=4, detect=False, seed=2, notify=notify)
+    # round 0's kernels, then the one network due, then the fit; the budget gone, the other two stay pending for a
+    # continued build, and the overhead is fitted on the one timed
+    assert order.count("network") == 1 and order.index("network") > max(i for i, m in enumerate(order) if m == "kernel")
+    assert order.index("network") < next(i for i, m in enumerate(order) if m.startswith("round 0 fitted"))
+    assert report.calibration == 1
+    with sqlite3.connect(tmp_path / "kp" / "kernels.sqlite") as c:
+        assert dict(c.execute("SELECT status, COUNT(*) FROM items WHERE kind='network' GROUP BY status")) == {
+            "ok": 1, "pending": 2}
+
+
 def test_build_times_random_whole_networks_for_the_overhead(tmp_path, warm_tf, monkeypatch):
     from leti.models.random_networks import network_params
     from leti.predict.kernels import build
     from leti.predict.kernels.build import build_kernel_predictor
 
-    # the networks are timed in round 0; once it is fitted the budget counts as spent (the rounds after it would
-    # only sample more kernels until the 0.9 minutes were gone)
+    # the networks are all due after round 0 (a pace of almost nothing); once it is fitted the budget counts as spent
+    # (the rounds after it would only sample more kernels until the 0.9 minutes were gone)
     fitted = []
+    monkeypatch.setattr(build, "CALIBRATION_PACE", 1e-6)
     monkeypatch.setattr(build._Clock, "left", lambda self, left=build._Clock.left: -1.0 if fitted else left(self))
     notify = lambda _s, _b, msg: fitted.append(msg) if msg.startswith("round 0 fitted") else None  # noqa: E731
     report = build_kernel_predictor("local", tmp_path / "kp", 0.9, kernel_types=["relu"], n_calibration=0,

@@ -152,6 +152,13 @@ class BuildStore:
             out.setdefault(kind, {})[status] = n
         return out
 
+    def expected_s(self, kind: str, guess_s: float) -> float:
+        """Seconds the pending rows of ``kind`` are expected to take: their count times the mean of those of the kind
+        measured (``guess_s`` before any was)."""
+        pending, mean = self.db.execute("SELECT SUM(status='pending'), AVG(CASE WHEN status='ok' THEN seconds END) "
+                                        "FROM items WHERE kind=?", (kind,)).fetchone()
+        return float(pending or 0) * (guess_s if mean is None else float(mean))
+
     def kernel_costs(self) -> tuple[np.ndarray, np.ndarray]:
         """(raw mean ms, seconds spent) of every measured kernel, ordered by ms: what measuring a kernel costs."""
         rows = self.db.execute("SELECT mean_ms, seconds FROM items WHERE kind='kernel' AND status='ok' "
