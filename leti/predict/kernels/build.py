@@ -124,10 +124,9 @@ def _calibration_left_s(store: BuildStore) -> float:
 
 def _measure_calibration(store: BuildStore, bench, clock: _Clock, reserve_s: float, notify, every: bool) -> bool:
     """Time the calibration chains and networks due by now (:func:`calibration_due`), or ``every`` one pending."""
-    ok = True
-    for kind in GUESS_S:
-        n = store.counts().get(kind, {})
-        planned, pending = sum(n.values()), n.get("pending", 0)
+    ok, counts = True, store.counts()
+    for kind in GUESS_S:  # chains first, then networks
+        planned, pending = sum(counts.get(kind, {}).values()), counts.get(kind, {}).get("pending", 0)
         limit = None if every else max(calibration_due(planned, clock.spent, clock.budget_s) - (planned - pending), 0)
         ok = _measure_pending(store, bench, clock, reserve_s, notify, kind, limit) and ok
     return ok
