@@ -4,9 +4,10 @@ Why real networks: a kernel regressor is only as good as its coverage of the ker
 about, and those are the kernels of real CNNs — a depthwise 3×3 at 112×112×32, a 1×1 convolution with 960
 outputs, a squeeze-excite scale over 14×14×672. :func:`real_kernels` splits the architectures of
 ``keras.applications`` (built with ``weights=None``, at their DEFAULT input size and width; nothing is
-downloaded) into the kernels TFLite runs and caches that table in the package (``data/real_kernels.parquet``:
-collecting it converts 14 networks, about three minutes; done once, not per build). Models of other
-resolutions and widths are what a held-out zoo tests, so they are never collected here.
+downloaded) and two RegNets Keras does not ship (:data:`BUILT_ARCHITECTURES`) into the kernels TFLite runs and
+caches that table in the package (``data/real_kernels.parquet``: collecting it converts 16 networks, about three
+minutes; done once, not per build). Models of other resolutions and widths are what a held-out zoo tests, so
+they are never collected here.
 
 :class:`KernelSampler` draws :class:`~leti.models.kernel_models.KernelConfig`\\ s per kernel type as a mix of
 
@@ -40,6 +41,12 @@ REAL_ARCHITECTURES = {
     "EfficientNetV2B0": 224, "ResNet50": 224, "ResNet50V2": 224, "DenseNet121": 224, "NASNetMobile": 224,
     "Xception": 299, "InceptionV3": 299, "ConvNeXtTiny": 224, "VGG16": 224,
 }
+#: networks of the zoo's own builders that Keras 3 does not ship, at 224 px (the zoo holds them at 96-192 px only):
+#: RegNetX/Y-200MF (:data:`leti.models.zoo.REGNETS`), the only real rows of bottleneck grouped convolutions (groups
+#: of 8 channels, 3×3, maps of 7-56 px; ConvNeXt's grouped rows are depthwise ones) and of their SE blocks' shapes.
+#: Measured (session 54): without them RegNetX/Y-200MF at 96 px were predicted 14-17 % high on the engine, their
+#: grouped convolutions 1.24× their time alone.
+BUILT_ARCHITECTURES = {"RegNetX002": ("regnet", "x002", 224), "RegNetY002": ("regnet", "y002", 224)}
 MAX_FLOPS = 4e9
 #: the most weight bytes a sampled kernel may have: converting a 1 GB dense layer (VGG16's 25088 → 4096 head,
 #: jittered up) takes ~100 s, and 15 such draws took 26 of a 45-minute engine build (session 10)
@@ -48,9 +55,9 @@ UNIFORM_SHARE = 0.3
 #: the share of a build each kernel type without a real network in ``keras.applications`` gets
 SYNTHETIC_WEIGHT = 0.01
 #: the least share of a build of a type whose real rows stand in for other kernels. Grouped convolutions: Keras 3
-#: ships no RegNet or ResNeXt, and the pool's only grouped rows are ConvNeXt's depthwise-as-grouped ones, redrawn
-#: with RegNet-like groups (:meth:`KernelSampler._jitter`), so their real share (0.3 %) says nothing of the networks
-#: that have them, which spend about a third of their time there. Measured (session 36, the Zen 5's fresh store):
+#: ships no RegNet or ResNeXt, and until session 54 the pool's only grouped rows were ConvNeXt's depthwise-as-grouped
+#: ones, redrawn with RegNet-like groups (:meth:`KernelSampler._jitter`), so their real share (0.3 %) said nothing of
+#: the networks that have them, which spend about a third of their time there. Measured (session 36, the Zen 5's fresh store):
 #: 150 more grouped kernels drawn by this sampler (31 s) took RegNetX/Y from −14 / −12 % to −11.5 / −10 % and the
 #: zoo's dev split from 83.8 to 87.5 % (150 more again: no further gain); 245 of 6,324 kernels, ~4 %.
 MIN_WEIGHT = {"grouped_conv2d": 0.03}
@@ -70,20 +77,37 @@ def synthetic_kernels() -> list[KernelConfig]:
     return out
 
 
-def collect_real_kernels(names=tuple(REAL_ARCHITECTURES), echo=lambda _m: None) -> pd.DataFrame:
-    """The kernels (LETI's kernel table, runtime ``tflite-xnnpack``) of the named keras.applications
-    architectures at their default configuration, the batch fixed at 1 (static shapes throughout)."""
+def real_architectures() -> list[str]:
+    return [*REAL_ARCHITECTURES, *BUILT_ARCHITECTURES]
+
+
+def _real_model(name: str):
     import keras
 
+    if name in BUILT_ARCHITECTURES:
+        from leti.models.zoo import CLASSES, REGNETS
+        from leti.models.zoo_blocks import build_keras_net
+
+        builder, key, size = BUILT_ARCHITECTURES[name]
+        depths, widths, gw, se = REGNETS[key]
+        params = {"depths": depths, "widths": widths, "group_width": gw, "se": se, "classes": CLASSES}
+        return build_keras_net(builder, params, size, name)
+    size = REAL_ARCHITECTURES[name]
+    return getattr(keras.applications, name)(weights=None, input_tensor=keras.Input((size, size, 3), batch_size=1))
+
+
+def collect_real_kernels(names=None, echo=lambda _m: None) -> pd.DataFrame:
+    """The kernels (LETI's kernel table, runtime ``tflite-xnnpack``) of the named architectures (keras.applications
+    and :data:`BUILT_ARCHITECTURES`; all of them by default) at their default configuration, the batch fixed at 1
+    (static shapes throughout)."""
     from leti.engine.convert.from_tflite import from_tflite
     from leti.models.keras_import import keras_to_tflite
     from leti.models.tflite import release
     from leti.predict.kernels.split import split_graph
 
     tables = []
-    for name in names:
-        size = REAL_ARCHITECTURES[name]
-        model = getattr(keras.applications, name)(weights=None, input_tensor=keras.Input((size, size, 3), batch_size=1))
+    for name in names or real_architectures():
+        model = _real_model(name)
         tables.append(split_graph(from_tflite(keras_to_tflite(model)), "tflite-xnnpack", model=name))
         echo(f"{name}: {len(tables[-1])} kernels")
         del model
@@ -92,10 +116,16 @@ def collect_real_kernels(names=tuple(REAL_ARCHITECTURES), echo=lambda _m: None) 
 
 
 def real_kernels(path: Path = REAL_TABLE, refresh: bool = False, echo=lambda _m: None) -> pd.DataFrame:
-    """The cached real-kernel table (collected and written on first use, or with ``refresh``)."""
+    """The cached real-kernel table (collected and written on first use, or with ``refresh``; architectures the
+    cache lacks are collected and added)."""
     if path.is_file() and not refresh:
-        return normalize(pd.read_parquet(path), str(path))
-    table = collect_real_kernels(echo=echo)
+        table = normalize(pd.read_parquet(path), str(path))
+        missing = [n for n in real_architectures() if n not in set(table.model)]
+        if not missing:
+            return table
+        table = pd.concat([table, collect_real_kernels(missing, echo=echo)], ignore_index=True)
+    else:
+        table = collect_real_kernels(echo=echo)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_parquet(path, index=False, compression="zstd")
     return table
