@@ -43,7 +43,7 @@ REAL_ARCHITECTURES = {
 }
 #: networks of the zoo's own builders that Keras 3 does not ship, at 224 px (the zoo holds them at 96-192 px only):
 #: RegNetX/Y-200MF (:data:`leti.models.zoo.REGNETS`), the only real rows of bottleneck grouped convolutions (groups
-#: of 8 channels, 3×3, maps of 7-56 px; ConvNeXt's grouped rows are depthwise ones) and of their SE blocks' shapes.
+#: of 8 channels, 3×3, inputs of 7-112 px; ConvNeXt's grouped rows are depthwise ones) and of their SE blocks' shapes.
 #: Measured (session 54): without them RegNetX/Y-200MF at 96 px were predicted 14-17 % high on the engine, their
 #: grouped convolutions 1.24× their time alone.
 BUILT_ARCHITECTURES = {"RegNetX002": ("regnet", "x002", 224), "RegNetY002": ("regnet", "y002", 224)}
