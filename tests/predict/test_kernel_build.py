@@ -100,6 +100,26 @@ def test_sampler_follows_the_real_networks():
     assert len({(c.input_h, c.input_c, c.groups) for c in shuffles}) > 30
 
 
+def test_real_table_cache_collects_only_the_architectures_it_lacks(tmp_path):
+    """A cached real-kernel table written before an architecture joined the pool gains that architecture's rows (the
+    same split as the package's table) and is rewritten; its other rows are kept as they were."""
+    from leti.predict.kernels.sampler import REAL_TABLE, real_kernels
+
+    full = pd.read_parquet(REAL_TABLE)
+    old = full[full.model != "RegNetX002"]
+    path = tmp_path / "real.parquet"
+    old.to_parquet(path, index=False)
+    echoed = []
+    table = real_kernels(path, echo=echoed.append)
+    assert echoed == [f"RegNetX002: {int((full.model == 'RegNetX002').sum())} kernels"]  # only the missing one built
+    assert len(table) == len(full) and set(table.model) == set(full.model)
+    got = table[table.model == "RegNetX002"].reset_index(drop=True)
+    want = full[full.model == "RegNetX002"].reset_index(drop=True)
+    assert (got[list(ROW_KEYS)] == want[list(ROW_KEYS)]).all().all()
+    assert len(pd.read_parquet(path)) == len(full)  # written back: the next call collects nothing
+    assert len(real_kernels(path, echo=echoed.append)) == len(full) and len(echoed) == 1
+
+
 def test_first_round_interleaves_the_types():
     """A budget that runs out inside the first round must leave every type some kernels: the initial plan takes the
     types in turn, not all of one type first."""
