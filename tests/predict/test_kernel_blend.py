@@ -75,15 +75,21 @@ def test_with_few_kernels_the_blend_leans_on_the_source_and_beats_scratch(device
 
 
 def test_with_many_kernels_the_blend_learns_the_new_law_and_approaches_scratch(devices):
+    """Over three draws of 250 kernels a type (one draw's cross-validation can favour either half: a few far-off
+    kernels decide it), the device's own regressors take over on average and the blend's held-out error lands near
+    scratch's, far under the affine map's; on every draw the chosen weight's CV error is the best of the three."""
     sampler, source, test = devices
-    many = _rows(sampler, 250, 11, "b")
-    blend, affine, scratch = _fits(source, many)
     conv = test[test.kernel_type == "conv2d"]
-    e_blend, e_affine, e_scratch = _err(blend, conv), _err(affine, conv), _err(scratch, conv)
-    assert blend.weight_["conv2d"] >= 0.5, blend.cv_  # the padded tiles: the device's own regressors take over
-    assert e_blend < 0.75 * e_affine and e_blend < 1.15 * e_scratch + 0.005, (e_blend, e_affine, e_scratch)
-    cv = blend.cv_["conv2d"]
-    assert cv["blend"] <= min(cv["adapted"], cv["own"]) + 1e-12
+    weights, errors = [], []
+    for seed in (11, 12, 13):
+        blend, affine, scratch = _fits(source, _rows(sampler, 250, seed, "b"))
+        weights.append(blend.weight_["conv2d"])
+        errors.append((_err(blend, conv), _err(affine, conv), _err(scratch, conv)))
+        cv = blend.cv_["conv2d"]
+        assert cv["blend"] <= min(cv["adapted"], cv["own"]) + 1e-12, cv
+    e_blend, e_affine, e_scratch = np.mean(errors, axis=0)
+    assert np.mean(weights) >= 0.5, weights  # the padded tiles: the device's own regressors take over
+    assert e_blend < 0.75 * e_affine and e_blend < 1.15 * e_scratch + 0.005, errors
 
 
 def test_best_weight_picks_the_better_half_and_ties_go_to_the_source():
