@@ -102,14 +102,16 @@ REGNETS = {
 }
 
 
+def regnet_entry(key: str, res: int) -> ZooEntry:
+    """The zoo entry of the RegNet design ``key`` (of :data:`REGNETS`) at ``res`` px."""
+    depths, widths, gw, se = REGNETS[key]
+    params = {"depths": depths, "widths": widths, "group_width": gw, "se": se, "classes": CLASSES}
+    fam = f"regnet{key[0]}"
+    return ZooEntry(f"{fam}_{key}_r{res}", fam, key, res, 1.0, "leti", "regnet", params)
+
+
 def _regnets() -> list[ZooEntry]:
-    out = []
-    for key, (depths, widths, gw, se) in REGNETS.items():
-        params = {"depths": depths, "widths": widths, "group_width": gw, "se": se, "classes": CLASSES}
-        for res in (96, 128, 160, 192):
-            fam = f"regnet{key[0]}"
-            out.append(ZooEntry(f"{fam}_{key}_r{res}", fam, key, res, 1.0, "leti", "regnet", params))
-    return out
+    return [regnet_entry(key, res) for key in REGNETS for res in (96, 128, 160, 192)]
 
 
 def _variants(seed: int) -> list[ZooEntry]:

@@ -46,7 +46,7 @@ REAL_ARCHITECTURES = {
 #: of 8 channels, 3×3, inputs of 7-112 px; ConvNeXt's grouped rows are depthwise ones) and of their SE blocks' shapes.
 #: Measured (session 54): without them RegNetX/Y-200MF at 96 px were predicted 14-17 % high on the engine, their
 #: grouped convolutions 1.24× their time alone.
-BUILT_ARCHITECTURES = {"RegNetX002": ("regnet", "x002", 224), "RegNetY002": ("regnet", "y002", 224)}
+BUILT_ARCHITECTURES = {"RegNetX002": ("x002", 224), "RegNetY002": ("y002", 224)}
 MAX_FLOPS = 4e9
 #: the most weight bytes a sampled kernel may have: converting a 1 GB dense layer (VGG16's 25088 → 4096 head,
 #: jittered up) takes ~100 s, and 15 such draws took 26 of a 45-minute engine build (session 10)
@@ -85,13 +85,9 @@ def _real_model(name: str):
     import keras
 
     if name in BUILT_ARCHITECTURES:
-        from leti.models.zoo import CLASSES, REGNETS
-        from leti.models.zoo_blocks import build_keras_net
+        from leti.models.zoo import build_zoo_model, regnet_entry
 
-        builder, key, size = BUILT_ARCHITECTURES[name]
-        depths, widths, gw, se = REGNETS[key]
-        params = {"depths": depths, "widths": widths, "group_width": gw, "se": se, "classes": CLASSES}
-        return build_keras_net(builder, params, size, name)
+        return build_zoo_model(regnet_entry(*BUILT_ARCHITECTURES[name]))
     size = REAL_ARCHITECTURES[name]
     return getattr(keras.applications, name)(weights=None, input_tensor=keras.Input((size, size, 3), batch_size=1))
 
@@ -120,7 +116,8 @@ def real_kernels(path: Path = REAL_TABLE, refresh: bool = False, echo=lambda _m:
     cache lacks are collected and added)."""
     if path.is_file() and not refresh:
         table = normalize(pd.read_parquet(path), str(path))
-        missing = [n for n in real_architectures() if n not in set(table.model)]
+        have = set(table.model)
+        missing = [n for n in real_architectures() if n not in have]
         if not missing:
             return table
         table = pd.concat([table, collect_real_kernels(missing, echo=echo)], ignore_index=True)
