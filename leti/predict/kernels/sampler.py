@@ -61,6 +61,13 @@ SYNTHETIC_WEIGHT = 0.01
 #: 150 more grouped kernels drawn by this sampler (31 s) took RegNetX/Y from −14 / −12 % to −11.5 / −10 % and the
 #: zoo's dev split from 83.8 to 87.5 % (150 more again: no further gain); 245 of 6,324 kernels, ~4 %.
 MIN_WEIGHT = {"grouped_conv2d": 0.03}
+#: pooling kinds whose real rows also seed the other's draws (as that kind). Why: cells of searched networks take a
+#: 3×3 stride-1 max or average pool as one choice among their operations (NAS-Bench-101/201, NASNet's search space,
+#: GoogLeNet's branches), while ``keras.applications`` has stride-1 3×3 pools only as average pools (InceptionV3,
+#: NASNet-Mobile) and max pools only striding down. Measured (session 56, the fresh TFLite store): no stride-1 max
+#: pool under 94,000 elements was timed, the regressor put the NB101 networks' 72 stride-1 max pools at 0.43× their
+#: time alone (everything else in them within 5 %), and those networks were predicted 16-22 % low
+POOL_PARTNERS = {"max_pool": "avg_pool", "avg_pool": "max_pool"}
 
 
 def synthetic_kernels() -> list[KernelConfig]:
@@ -212,6 +219,10 @@ class KernelSampler:
         for c in configs:
             if c is not None:
                 self.pool.setdefault(c.kernel_type if c.kernel_type != "relu6" else "relu", []).append(c)
+        own = {t: list(v) for t, v in self.pool.items()}
+        for t, other in POOL_PARTNERS.items():
+            if t in own:
+                self.pool[t] += [KernelConfig.from_dict({**c.to_dict(), "kernel_type": t}) for c in own.get(other, [])]
         #: kernel types drawn from :func:`synthetic_kernels` (no real network to weigh them by)
         seeds = synthetic_kernels()
         self.synthetic = sorted({c.kernel_type for c in seeds} - set(self.pool))
