@@ -75,9 +75,10 @@ TINY_BYTES = 1024
 MIN_TINY = 20
 
 
-def invoke_ms(store: BuildStore, ref: float) -> float:
+def invoke_ms(store: BuildStore, ref: float, items: pd.DataFrame | None = None) -> float:
     """The per-invoke cost (0 before the probe is measured): the near-empty probe model's median ratio in ms, but no
-    more than the median time of the kernels touching at most :data:`TINY_BYTES` (when :data:`MIN_TINY` were timed).
+    more than the median time of the kernels touching at most :data:`TINY_BYTES` (when :data:`MIN_TINY` were timed;
+    ``items``: the store's measured kernels when the caller already read them).
     Why the bound: three probes timed once can all land in a noisy minute, and every kernel's time is booked less
     this cost, so a probe 0.3 µs high takes 0.3 µs off each kernel: session 56's fresh TFLite store timed its probes
     at 1.28 / 1.10 / 0.86 % of the reference (1.56 µs), where its 119 kernels of at most 1 KB took a median 1.26 µs
@@ -87,13 +88,12 @@ def invoke_ms(store: BuildStore, ref: float) -> float:
     if not ratios:
         return 0.0
     probe = float(np.median(ratios)) * ref
-    items = store.measured("kernel")
+    items = store.measured("kernel") if items is None else items
     if items.empty:
         return probe
-    touched = np.array([float(k[0]["bytes_in"]) + float(k[0]["bytes_out"]) + float(k[0].get("bytes_weights") or 0.0)
-                        if k[0].get("bytes_in") is not None and k[0].get("bytes_out") is not None else np.inf
-                        for k in items["kernels"]])
-    tiny = items["ratio"].to_numpy(np.float64)[touched <= TINY_BYTES]
+    sizes = pd.DataFrame([k[0] for k in items["kernels"]]).reindex(columns=["bytes_in", "bytes_out", "bytes_weights"])
+    touched = sizes.bytes_in + sizes.bytes_out + sizes.bytes_weights.fillna(0.0)  # NaN (not tiny) without the sizes
+    tiny = items["ratio"].to_numpy(np.float64)[(touched <= TINY_BYTES).to_numpy()]
     return min(probe, float(np.median(tiny)) * ref) if len(tiny) >= MIN_TINY else probe
 
 
@@ -111,7 +111,7 @@ def kernel_table(store: BuildStore, runtime: str) -> pd.DataFrame:
     if items.empty:
         return pd.DataFrame(columns=list(COLUMNS))
     ref = reference_ms(store)
-    empty = invoke_ms(store, ref)
+    empty = invoke_ms(store, ref, items)
     rows = pd.DataFrame([k[0] for k in items["kernels"]])
     rows["model"] = items["name"].to_numpy()
     rows["kernel_index"] = 0
@@ -311,8 +311,7 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
             if len(kept) < len(nets) else ""
         left += (f", {len(odd)} left out as outliers ({', '.join(odd)}: measured against their kernels' sum over "
                  f"{OUTLIER_SIGMAS:g} robust deviations off the others')") if odd else ""
-        kept = kept[~kept.model.isin(odd)]
-        notes.append(f"overhead fitted on {len(kept)} calibration networks{left}: "
+        notes.append(f"overhead fitted on {len(kept) - len(odd)} calibration networks{left}: "
                      f"{' + '.join(predictor.overhead.terms)} (leave-one-out log RMS {predictor.overhead.resid_std:.3f})")
         return predictor, notes
     if nets is not None and len(nets):

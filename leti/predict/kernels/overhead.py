@@ -153,9 +153,9 @@ OUTLIER_SIGMAS = 6.0
 SCREEN = ("sum_ms",)
 
 
-def overhead_outliers(agg: pd.DataFrame, e2e_ms: np.ndarray, design: tuple[str, ...] = SCREEN) -> np.ndarray:
+def overhead_outliers(agg: pd.DataFrame, e2e_ms: np.ndarray) -> np.ndarray:
     """Which models (rows of ``agg``, from :func:`model_aggregates`) an overhead fit should leave out, one at a time:
-    the model whose leave-one-out log ratio under ``design`` lies farthest from the median, while that is more than
+    the model whose leave-one-out log ratio under :data:`SCREEN` lies farthest from the median, while that is more than
     :data:`OUTLIER_SIGMAS` robust standard deviations, the rest refitted without it each time (an outlier left in
     pulls the others' fits, so one far model makes near ones look far); at most a tenth of the models, none with
     fewer than ten."""
@@ -163,7 +163,7 @@ def overhead_outliers(agg: pd.DataFrame, e2e_ms: np.ndarray, design: tuple[str, 
     odd = np.zeros(len(y), bool)
     while len(y) >= 10 and odd.sum() < len(y) // 10:
         keep = np.flatnonzero(~odd)
-        r = Overhead._loo_residuals(Overhead._design(agg.iloc[keep], list(design)), y[keep])
+        r = Overhead._loo_residuals(Overhead._design(agg.iloc[keep], list(SCREEN)), y[keep])
         if r is None:
             break
         dev = np.abs(r - np.median(r))

@@ -25,6 +25,7 @@ the real networks and its share of their latency (FLOPs and bytes until a predic
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -222,7 +223,7 @@ class KernelSampler:
         own = {t: list(v) for t, v in self.pool.items()}
         for t, other in POOL_PARTNERS.items():
             if t in own:
-                self.pool[t] += [KernelConfig.from_dict({**c.to_dict(), "kernel_type": t}) for c in own.get(other, [])]
+                self.pool[t] += [dataclasses.replace(c, kernel_type=t) for c in own.get(other, [])]
         #: kernel types drawn from :func:`synthetic_kernels` (no real network to weigh them by)
         seeds = synthetic_kernels()
         self.synthetic = sorted({c.kernel_type for c in seeds} - set(self.pool))
