@@ -12,7 +12,9 @@ latency) per family and overall, the median and worst errors, a FLOPs baseline (
 with the single best scale, fitted on the zoo itself: an *oracle* scale, so an upper bound for that baseline)
 and the minutes the kernel build spent measuring. ``--json`` writes the per-model rows. The ``dev``/``test``
 lines split the zoo by a hash of the file name (:func:`zoo_split`, 30 % dev): a choice made by looking at zoo
-errors may look at ``dev`` only; ``test`` is then the unseen figure.
+errors may look at ``dev`` only; ``test`` is then the unseen figure. Where the campaign records that XNNPACK left
+some models' nodes to TFLite's own kernels, two more lines score the fully and the partly delegated models apart
+(:func:`delegation`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,19 @@ def measured_latency(dataset: Path, zoo: Path, scale: str, reference_ms: float |
     col = "corrected_ms" if "corrected_ms" in df and df["corrected_ms"].notna().any() else "mean_ms"
     clock = (side.get("protocol") or {}).get("clock", "wall")
     return df.groupby("model")[col].median(), f"the export's {col} ({clock} clock campaign)"
+
+
+def delegation(datasets: list[Path]) -> pd.Series:
+    """Per model, whether XNNPACK ran all of it (``fully_delegated`` of every row of the campaigns; models of a
+    campaign without the column are left out). Why a line of its own: a node XNNPACK leaves to TFLite's built-in
+    kernels splits the graph into partitions, and neither its built-in kernel nor the switch between partitions is
+    what the kernels timed alone show (session 57: NB101's uneven channel splits, ``SPLIT_V``; NASNet's average
+    pools and concatenations)."""
+    parts = [p[["model", "fully_delegated"]] for p in (read_campaign(d, None)[0] for d in datasets)
+             if "fully_delegated" in p]
+    if not parts:
+        return pd.Series(dtype=bool)
+    return pd.concat(parts, ignore_index=True).groupby("model")["fully_delegated"].min().astype(bool)
 
 
 def combined_latency(datasets: list[Path], reference_ms: float) -> tuple[pd.Series, str]:
@@ -176,6 +191,8 @@ def main(argv=None) -> int:
     df["flops_err"] = df.flops * scale / df.measured_ms - 1
     df["inside90"] = (df.low_ms <= df.measured_ms) & (df.measured_ms <= df.high_ms)
     df["split"] = [zoo_split(m) for m in df.model]
+    delegated = delegation(args.dataset)
+    df["fully_delegated"] = df.model.map(delegated)
 
     print(f"predictor {args.predictor} ({kp.describes}); fusion rules: {kp.rules.to_dict()}")
     print(f"measured latency: {how}")
@@ -189,6 +206,10 @@ def main(argv=None) -> int:
     print(summary_line("ALL", df))
     for part in ("dev", "test"):
         print(summary_line(f"ALL, {part} split", df[df.split == part]))
+    partly = df.fully_delegated == False  # noqa: E712 - NaN (not recorded) is neither
+    if partly.any():
+        print(summary_line("ALL, fully delegated", df[df.fully_delegated == True]))  # noqa: E712
+        print(summary_line("ALL, partly delegated", df[partly]))
     for line in refused[:5]:
         print(f"refused: {line[:200]}")
     print(f"zoo models predicted: {len(df)} of {len(truth)} measured ({len(refused)} refused); {time.perf_counter() - t0:.0f} s; "

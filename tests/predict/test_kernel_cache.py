@@ -200,6 +200,13 @@ def test_zoo_benchmark_scale_follows_the_campaign_clock(tmp_path):
     ms, how = bench.measured_latency(data, tmp_path, "auto", reference_ms=5.0)
     assert ms.to_dict() == {"a.tflite": pytest.approx(3.0), "b.tflite": pytest.approx(10.0)}
     assert "5.0000 ms (given" in how and "4.0000 ms" in how
+    # delegation: a model XNNPACK left a node of to TFLite's own kernels in any row is partly delegated
+    rows.assign(fully_delegated=[True, False, True, True]).to_parquet(data)
+    other = tmp_path / "zoo2.parquet"
+    pd.DataFrame({"model": ["b.tflite", "c.tflite"], "fully_delegated": [True, False]}).to_parquet(other)
+    assert bench.delegation([data, other]).to_dict() == {"a.tflite": False, "b.tflite": True, "c.tflite": False}
+    rows.to_parquet(data)  # a campaign without the column says nothing
+    assert bench.delegation([data]).empty
     # the dev/test split: fixed by the file name, about 30 % dev
     names = [f"m{i}.tflite" for i in range(400)]
     split = [bench.zoo_split(n) for n in names]
