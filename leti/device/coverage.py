@@ -37,7 +37,23 @@ class Coverage:
 
 def interpreter_coverage(interp, delegate: str = "TfLiteXNNPackDelegate") -> Coverage:
     """The delegate coverage of an allocated ai-edge-litert ``Interpreter`` (nodes of the main graph)."""
-    nodes = interp._get_ops_details()
+    original, partitions, taken = _delegated(interp._get_ops_details())
+    return Coverage(delegate, len(taken), len(original), len(partitions))
+
+
+def fallback_ops(interp) -> dict[str, int]:
+    """The nodes of an allocated ``Interpreter``'s main graph that no delegate took, counted by TFLite op name (empty
+    when a delegate runs it whole): what TFLite's own kernels run between the delegate's partitions."""
+    original, _, taken = _delegated(interp._get_ops_details())
+    out: dict[str, int] = {}
+    for i, n in enumerate(original):
+        if i not in taken:
+            out[n["op_name"]] = out.get(n["op_name"], 0) + 1
+    return out
+
+
+def _delegated(nodes: list[dict]) -> tuple[list[dict], list[dict], set[int]]:
+    """The original nodes, the ``DELEGATE`` nodes and the indices (into the original ones) the delegates took."""
     original = [n for n in nodes if n["op_name"] != "DELEGATE"]
     partitions = [n for n in nodes if n["op_name"] == "DELEGATE"]
     producer = {}
@@ -58,7 +74,7 @@ def interpreter_coverage(interp, delegate: str = "TfLiteXNNPackDelegate") -> Cov
             if k not in taken:
                 taken.add(k)
                 todo.extend(int(x) for x in original[k]["inputs"] if int(x) >= 0)
-    return Coverage(delegate, len(taken), len(original), len(partitions))
+    return original, partitions, taken
 
 
 def replacing_line(c: Coverage) -> str:

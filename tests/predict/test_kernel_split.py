@@ -128,6 +128,20 @@ def test_predict_model_latency_api_and_cli(tmp_path):
     assert line["latency_ms"] == pytest.approx(ms, rel=1e-4) and line["device"] == "testhost"
     assert len(line["kernels"]) == len(split_model(big)) and line["low_ms"] < ms < line["high_ms"]
     assert sum(k["predicted_ms"] for k in line["kernels"]) == pytest.approx(line["kernel_sum_ms"])
+    assert line["outside_delegate"] == {} and "warning" not in j.stderr  # XNNPACK runs it whole
+    # a node XNNPACK leaves to TFLite's own kernels (an uneven channel split: SPLIT_V) is named and the answer flagged
+    import keras
+
+    x = keras.Input((20, 20, 3), batch_size=1)
+    a, b = keras.ops.split(keras.layers.Conv2D(7, 1)(x), [3], axis=-1)
+    y = keras.layers.Concatenate()([keras.layers.Conv2D(4, 1)(a), keras.layers.Conv2D(4, 1)(b)])
+    g = tmp_path / "split.tflite"
+    g.write_bytes(keras_to_tflite(keras.Model(x, y)))
+    s = leti_cli("predict", "--model", str(g), "--predictor", str(kp), "--json", "--allow-unknown")
+    assert s.returncode == 0, s.stderr
+    assert json.loads(s.stdout)["outside_delegate"] == {"SPLIT_V": 1}
+    assert f"warning: XNNPACK leaves 1 nodes of {g} to TFLite's own kernels (SPLIT_V x1)" in s.stderr
+    assert leti.predict_model_latency(keras.Model(x, y), kp, allow_unknown=True).outside_delegate is None  # not a file
 
 
 def test_model_bad_inputs_are_one_clear_line(tmp_path):
