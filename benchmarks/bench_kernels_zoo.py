@@ -206,9 +206,9 @@ def main(argv=None) -> int:
     print(summary_line("ALL", df))
     for part in ("dev", "test"):
         print(summary_line(f"ALL, {part} split", df[df.split == part]))
-    partly = df.fully_delegated == False  # noqa: E712 - NaN (not recorded) is neither
+    partly = df.fully_delegated.eq(False)  # NaN (not recorded) is neither
     if partly.any():
-        print(summary_line("ALL, fully delegated", df[df.fully_delegated == True]))  # noqa: E712
+        print(summary_line("ALL, fully delegated", df[df.fully_delegated.eq(True)]))
         print(summary_line("ALL, partly delegated", df[partly]))
     for line in refused[:5]:
         print(f"refused: {line[:200]}")

@@ -49,7 +49,7 @@ class ModelLatency:
     #: ``this``: the predictor's kernels were timed on this machine; ``other``: on others only (the interval is
     #: widened by :data:`OTHER_HOST_LOG_STD`); ``unrecorded``: a predictor that does not say (a fit from a table)
     host: str = "unrecorded"
-    #: the nodes XNNPACK leaves to TFLite's own kernels, by TFLite op name (:func:`xnnpack_fallback`; ``{}``: it runs the
+    #: the nodes XNNPACK leaves to TFLite's own kernels, by TFLite op name (:func:`leti.device.coverage.xnnpack_fallback`; ``{}``: it runs the
     #: model whole; None: not checked, for a predictor of another runtime or a model not given as a ``.tflite`` file)
     outside_delegate: dict | None = None
 
@@ -300,24 +300,8 @@ def predict_model_latency(model, predictor: KernelLatencyPredictor | str | Path,
     table = split_model(model, predictor.rules, device=predictor.device)
     result = predictor.predict_models(table, allow_unknown, where=str(table.model.iloc[0]))[0]
     if predictor.runtime == "tflite-xnnpack" and isinstance(model, (str, Path)) and str(model).endswith(".tflite"):
+        from leti.device.coverage import xnnpack_fallback
+
         result.outside_delegate = xnnpack_fallback(model)
     return result
 
-
-def xnnpack_fallback(path: str | Path) -> dict[str, int] | None:
-    """The nodes of a ``.tflite`` file that TFLite's XNNPACK delegate leaves to TFLite's own kernels, by op name (None
-    when the interpreter cannot load it). Why it is reported: the kernel table prices every node as the delegate's
-    kernel and no term prices the switch between the delegate's partitions, so such models come out low. Measured
-    (session 57, the local CPU's zoo): the 11 of 250 models with such nodes (NB101's uneven channel splits,
-    ``SPLIT_V``; NASNet-Mobile's average pools and concatenations) were all predicted low (bias −4 to −6 %, Acc@10
-    73-82 %), where the 239 others scored 99.6 %."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    from leti.device.coverage import fallback_ops
-
-    try:
-        interp = Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=OpResolverType.AUTO)
-        interp.allocate_tensors()
-    except (ValueError, RuntimeError):
-        return None
-    return fallback_ops(interp)
