@@ -49,8 +49,9 @@ class ModelLatency:
     #: ``this``: the predictor's kernels were timed on this machine; ``other``: on others only (the interval is
     #: widened by :data:`OTHER_HOST_LOG_STD`); ``unrecorded``: a predictor that does not say (a fit from a table)
     host: str = "unrecorded"
-    #: the nodes XNNPACK leaves to TFLite's own kernels, by TFLite op name (:func:`leti.device.coverage.xnnpack_fallback`; ``{}``: it runs the
-    #: model whole; None: not checked, for a predictor of another runtime or a model not given as a ``.tflite`` file)
+    #: the nodes XNNPACK leaves to TFLite's own kernels, by TFLite op name
+    #: (:func:`leti.device.coverage.xnnpack_fallback`; ``{}``: it runs the model whole; None: not checked, for a
+    #: predictor of another runtime or a model not given as a ``.tflite`` file)
     outside_delegate: dict | None = None
 
     def to_dict(self) -> dict:
