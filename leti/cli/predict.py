@@ -320,11 +320,7 @@ def _predict_model(model_file: Path, predictor: Path, allow_unknown: bool, as_js
                    "machine, and its interval is widened for the spread between machines (VMs of one CPU type ran "
                    "1.17x apart); a build here (leti kernels build) predicts this one", err=True)
     if result.outside_delegate:
-        ops = ", ".join(f"{op} x{n}" for op, n in sorted(result.outside_delegate.items()))
-        typer.echo(f"warning: XNNPACK leaves {sum(result.outside_delegate.values())} nodes of {model_file} to "
-                   f"TFLite's own kernels ({ops}); the prediction prices them as delegated kernels and not the switches "
-                   "between the delegate's partitions, so it is likely low (such zoo models: 4-6 % low on average, up "
-                   "to 13 %)", err=True)
+        typer.echo(_outside_warning(result.outside_delegate, model_file, pred), err=True)
     if as_json:
         line = {"model": str(model_file), "predictor": str(predictor), "device": pred.device,
                 "runtime": pred.runtime, "precision": pred.precision, **result.to_dict()}
@@ -366,3 +362,18 @@ def choose_cmd(
     from leti.cli.transfer import choose_cells
 
     choose_cells(dataset, cells, budget, out, seed, method)
+
+
+def _outside_warning(outside: dict, model_file, pred) -> str:
+    """The warning for a model XNNPACK runs in parts: what it leaves out, and whether the predictor prices that."""
+    from leti.predict.kernels.overhead import OUTSIDE
+
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(outside.items()))
+    head = f"warning: XNNPACK leaves {sum(outside.values())} nodes of {model_file} to TFLite's own kernels ({ops}); "
+    coef = dict(zip(pred.overhead.terms, pred.overhead.coef)).get(OUTSIDE)
+    if coef is None:
+        return head + ("this predictor prices them as delegated kernels and not the switches between the delegate's "
+                       "partitions (its build's networks held none), so it is likely low (such zoo models: 4-6 % low "
+                       "on average, up to 13 %)")
+    return head + (f"the overhead adds {coef * 1e3:.1f} µs for each, learnt from the build's networks that hold such "
+                   "nodes, but such models may still come out low (the local CPU's zoo: 3-5 % low on average)")

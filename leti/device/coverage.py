@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -46,25 +47,52 @@ def interpreter_coverage(interp, delegate: str = "TfLiteXNNPackDelegate") -> Cov
 def fallback_ops(interp) -> dict[str, int]:
     """The nodes of an allocated ``Interpreter``'s main graph that no delegate took, counted by TFLite op name (empty
     when a delegate runs it whole): what TFLite's own kernels run between the delegate's partitions."""
+    return dict(Counter(n.op for n in fallback_nodes(interp)))
+
+
+class FallbackNode(NamedTuple):
+    """A node no delegate took: its TFLite op name and the names of the tensors it writes and reads."""
+
+    op: str
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...]
+
+
+def fallback_nodes(interp) -> list[FallbackNode]:
+    """The nodes of an allocated ``Interpreter``'s main graph that no delegate took, in order. The tensor names are what
+    :func:`leti.predict.kernels.split.split_graph` matches its kernels against (LETI's TFLite importer keeps TFLite's
+    tensor names)."""
     original, _, taken = _delegated(interp._get_ops_details())
-    return dict(Counter(n["op_name"] for i, n in enumerate(original) if i not in taken))
+    names = {int(d["index"]): str(d["name"]) for d in interp.get_tensor_details()}
+    named = lambda ts: tuple(names.get(int(t), "") for t in ts if int(t) >= 0)  # noqa: E731
+    return [FallbackNode(n["op_name"], named(n["outputs"]), named(n["inputs"]))
+            for i, n in enumerate(original) if i not in taken]
+
+
+def xnnpack_fallback_nodes(source: str | Path | bytes) -> list[FallbackNode] | None:
+    """:func:`fallback_nodes` of a ``.tflite`` file (or its bytes) loaded with TFLite's default XNNPACK delegate, one
+    thread (None when the interpreter cannot load it)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    where = {"model_content": bytes(source)} if isinstance(source, (bytes, bytearray, memoryview)) \
+        else {"model_path": str(source)}
+    try:
+        interp = Interpreter(**where, num_threads=1, experimental_op_resolver_type=OpResolverType.AUTO)
+        interp.allocate_tensors()
+    except (ValueError, RuntimeError):
+        return None
+    return fallback_nodes(interp)
 
 
 def xnnpack_fallback(path: str | Path) -> dict[str, int] | None:
     """The nodes of a ``.tflite`` file that TFLite's XNNPACK delegate leaves to TFLite's own kernels, by op name (None
     when the interpreter cannot load it). Why it is reported: the kernel table prices every node as the delegate's
-    kernel and no term prices the switch between the delegate's partitions, so such models come out low. Measured
-    (session 57, the local CPU's zoo): the 11 of 250 models with such nodes (NB101's uneven channel splits,
-    ``SPLIT_V``; NASNet-Mobile's average pools and concatenations) were all predicted low (bias −4 to −6 %, Acc@10
-    73-82 %), where the 239 others scored 99.6 %."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    try:
-        interp = Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=OpResolverType.AUTO)
-        interp.allocate_tensors()
-    except (ValueError, RuntimeError):
-        return None
-    return fallback_ops(interp)
+    kernel, so such models came out low before the overhead priced the switch between partitions (session 57, the
+    local CPU's zoo: the 11 of 250 models with such nodes, NB101's uneven channel splits, ``SPLIT_V``, and
+    NASNet-Mobile's average pools and concatenations, were all predicted low, bias −4 to −6 %, Acc@10 73-82 %, where
+    the 239 others scored 99.6 %)."""
+    nodes = xnnpack_fallback_nodes(path)
+    return None if nodes is None else dict(Counter(n.op for n in nodes))
 
 
 def _delegated(nodes: list[dict]) -> tuple[list[dict], list[dict], set[int]]:

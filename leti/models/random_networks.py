@@ -25,7 +25,14 @@ import numpy as np
 
 from leti.models.zoo_blocks import CountNet, KerasNet, Net, make_divisible
 
-BLOCKS = ("plain", "inverted", "basic", "bottleneck", "fire", "dense", "shuffle")
+BLOCKS = ("plain", "inverted", "basic", "bottleneck", "fire", "dense", "shuffle", "cell", "nasnet")
+#: how often a stage draws each block: the last two at a third of the weight. Why they are here: they hold what XNNPACK leaves
+#: to TFLite's own kernels (a ``cell``'s uneven channel splits, as NAS-Bench-101 cells truncate; a ``nasnet`` block's
+#: 6-input concatenation and, down a stage, NASNet's 1×1 stride-2 average pool), so the overhead fitted on these
+#: networks can price the switches between the delegate's partitions
+#: (:data:`~leti.predict.kernels.overhead.OUTSIDE`); session 57 found every one of the build's networks before them
+#: delegated whole
+BLOCK_WEIGHTS = (3, 3, 3, 3, 3, 3, 3, 1, 1)
 ACTIVATIONS = ("relu", "relu6", "hard_swish", "swish")
 #: multiply-accumulates a calibration network may have: a millisecond to ~60 ms on one desktop core
 MACS_RANGE = (2e7, 8e8)
@@ -49,6 +56,8 @@ def _stage(rng: np.random.Generator, block: str, c: int, first: bool) -> dict:
         s.update(se=bool(rng.random() < 0.2), gate="sigmoid")
     elif block == "dense":
         s.update(growth=int(rng.choice([8, 12, 16, 24, 32])))
+    elif block == "cell":
+        s.update(branches=[str(o) for o in rng.choice(["conv3", "conv1", "pool"], size=int(rng.integers(2, 4)))])
     return s
 
 
@@ -64,7 +73,8 @@ def network_params(seed: int) -> dict:
              "last": 0, "stages": []}
         for i in range(int(rng.integers(3, 7))):
             c = min(1024, make_divisible(c * rng.uniform(1.3, 2.6)))
-            p["stages"].append(_stage(rng, str(rng.choice(BLOCKS)), c, first=i == 0))
+            w = np.asarray(BLOCK_WEIGHTS, np.float64)
+            p["stages"].append(_stage(rng, str(rng.choice(BLOCKS, p=w / w.sum())), c, first=i == 0))
         if rng.random() < 0.6:
             p["last"] = min(2048, make_divisible(c * rng.uniform(1.5, 6)))
         if lo <= network_macs(p) <= hi:
@@ -75,7 +85,7 @@ def _block(net: Net, x, s: Mapping, stride: int, act: str):
     """One block of stage ``s`` (its first one carries the stage's stride)."""
     c, k, kind = s["channels"], s["kernel"], s["block"]
     cin = net.channels(x)
-    if stride == 2 and s["down"] == "maxpool" and kind not in ("shuffle",):
+    if stride == 2 and s["down"] == "maxpool" and kind not in ("shuffle", "nasnet"):
         x, stride = net.maxpool(x, 3, 2), 1
     if kind == "plain":
         return net.conv(x, c, k, stride, act=act)
@@ -118,6 +128,23 @@ def _block(net: Net, x, s: Mapping, stride: int, act: str):
             b = net.conv(net.dw(net.conv(b, c // 2, 1, act=act), k, 1, act=None), c // 2, 1, act=act)
         y = net.concat([a, b])
         return net.shuffle(y) if net.channels(y) % 2 == 0 else y
+    if kind == "cell":  # a NAS-Bench-101 cell: a projection, branches on uneven truncations of it, concatenated
+        y = net.conv(x, c, 1, stride, act=act)
+        n = len(s["branches"])
+        widths = [c // n + (i < c % n) for i in range(n)]
+        outs = []
+        for op, w in zip(s["branches"], widths):
+            t = net.truncate(y, w)
+            outs.append(net.maxpool(t, 3, 1) if op == "pool" else net.conv(t, w, 3 if op == "conv3" else 1, act=act))
+        return net.add(net.concat(outs), y)
+    if kind == "nasnet":  # a NASNet cell: a 1×1 stride-2 average pool when it goes down, six branches concatenated
+        if stride == 2:
+            x = net.conv(net.avgpool(x, 1, 2), c, 1, act=None)
+        w = make_divisible(c / 6, 4)
+        h = net.conv(x, w, 1, act=act)
+        sep = lambda t, kk: net.conv(net.dw(t, kk, act=None), w, 1, act=act)  # noqa: E731
+        return net.concat([h, sep(h, k), sep(h, 5), net.avgpool(h, 3, 1), net.maxpool(h, 3, 1),
+                           net.add(sep(h, 3), h)])
     raise ValueError(f"unknown block kind {kind!r}")
 
 

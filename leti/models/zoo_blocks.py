@@ -53,6 +53,15 @@ class Net:
     def maxpool(self, x, k: int = 3, s: int = 2):
         raise NotImplementedError
 
+    def avgpool(self, x, k: int = 3, s: int = 1):
+        """Average pool, ``same`` padding (NASNet's 1×1 stride-2 pool of its adjust path included)."""
+        raise NotImplementedError
+
+    def truncate(self, x, c: int):
+        """The first ``c`` channels, as NAS-Bench-101 cells truncate: an uneven two-way channel split keeping the
+        first part (TFLite ``SPLIT_V``, which XNNPACK leaves to TFLite's own kernels)."""
+        raise NotImplementedError
+
     def head(self, x, classes: int):
         """Global average pool and a dense classifier."""
         raise NotImplementedError
@@ -102,6 +111,12 @@ class CountNet(Net):
 
     def maxpool(self, x, k=3, s=2):
         return (_same(x[0], s), _same(x[1], s), x[2])
+
+    def avgpool(self, x, k=3, s=1):
+        return (_same(x[0], s), _same(x[1], s), x[2])
+
+    def truncate(self, x, c):
+        return (x[0], x[1], min(c, x[2]))
 
     def head(self, x, classes):
         self.macs += x[2] * classes
@@ -160,6 +175,17 @@ class KerasNet(Net):
 
     def maxpool(self, x, k=3, s=2):
         return self.L.MaxPooling2D(k, strides=s, padding="same")(x)
+
+    def avgpool(self, x, k=3, s=1):
+        return self.L.AveragePooling2D(k, strides=s, padding="same")(x)
+
+    def truncate(self, x, c):
+        from keras import ops
+
+        cin = self.channels(x)
+        if c >= cin:
+            return x
+        return self.L.Lambda(lambda t: ops.split(t, [c], axis=-1)[0], output_shape=lambda s: (*s[:-1], c))(x)
 
     def head(self, x, classes):
         return self.L.Dense(classes, activation="softmax")(self.L.GlobalAveragePooling2D()(x))

@@ -40,3 +40,26 @@ def test_a_network_converts_and_splits_into_the_kernels_it_counts():
     assert counted.flops.sum() / 2 == rn.network_macs(p)
     assert {"conv2d", "depthwise_conv2d", "concat", "mean", "dense", "mul"} <= set(rows.kernel_type)
     assert rows.input_h.iloc[0] == p["input"] and rows.output_c.iloc[-1] == p["classes"]
+
+
+def test_cells_and_nasnet_blocks_hold_what_xnnpack_leaves_out_and_the_split_marks_it():
+    from leti.device.coverage import xnnpack_fallback_nodes
+    from leti.engine.convert.from_tflite import from_tflite
+    from leti.models.keras_import import keras_to_tflite
+    from leti.predict.kernels.split import rules_for, split_graph
+
+    seed = next(s for s in range(2000) if rn.network_macs(p := rn.network_params(s)) < 2e7
+                and {"cell", "nasnet"} <= {st["block"] for st in p["stages"]})
+    p = rn.network_params(seed)
+    data = keras_to_tflite(rn.keras_network(p))
+    nodes = xnnpack_fallback_nodes(data)
+    assert {n.op for n in nodes} >= {"SPLIT_V", "CONCATENATION"}  # uneven truncations; six-input concatenations
+    rows = split_graph(from_tflite(data), rules_for("tflite-xnnpack"), model="net", device="local", outside=nodes)
+    assert rows.outside_delegate.sum() == len(nodes)  # each node left out is one kernel, marked
+    marked = rows[rows.outside_delegate == 1]
+    assert set(marked.kernel_type) <= {"slice", "concat", "avg_pool"}
+    assert (marked[marked.kernel_type == "concat"].n_inputs == 6).all()
+    counted = rows[rows.kernel_type.isin(["conv2d", "depthwise_conv2d", "grouped_conv2d", "dense"])]
+    assert counted.flops.sum() / 2 == rn.network_macs(p)
+    # without the delegate's nodes the split has no such column (not checked: not "none outside")
+    assert "outside_delegate" not in split_graph(from_tflite(data), rules_for("tflite-xnnpack"), model="net")

@@ -139,7 +139,11 @@ def test_predict_model_latency_api_and_cli(tmp_path):
     g.write_bytes(keras_to_tflite(keras.Model(x, y)))
     s = leti_cli("predict", "--model", str(g), "--predictor", str(kp), "--json", "--allow-unknown")
     assert s.returncode == 0, s.stderr
-    assert json.loads(s.stdout)["outside_delegate"] == {"SPLIT_V": 1}
+    line = json.loads(s.stdout)
+    assert line["outside_delegate"] == {"SPLIT_V": 1}
+    # the kernels that node runs are marked (the split's two channel slices, one per output read), and none other
+    assert [k["kernel_type"] for k in line["kernels"] if k["outside_delegate"]] == ["slice", "slice"]
+    assert [k["kernel_type"] for k in line["kernels"] if not k["outside_delegate"]] == ["conv2d"] * 3 + ["concat"]
     assert f"warning: XNNPACK leaves 1 nodes of {g} to TFLite's own kernels (SPLIT_V x1)" in s.stderr
     assert leti.predict_model_latency(keras.Model(x, y), kp, allow_unknown=True).outside_delegate is None  # not a file
 

@@ -329,3 +329,39 @@ def test_a_calibration_network_its_kernels_cannot_price_is_left_out_of_the_overh
     agg_ok = agg.drop(index="net-07")
     lat_ok = kept.set_index("model").latency_ms.loc[agg_ok.index].to_numpy()
     assert not overhead_outliers(agg_ok, lat_ok).any()
+
+
+def test_kernels_outside_the_delegate_get_a_price_of_their_own_from_the_networks():
+    """A kernel the delegate leaves to TFLite's own kernels (``outside_delegate``) enters the overhead as a count of
+    its own: networks that pay 40 µs for each are fitted with 40 µs, whatever the form; models not checked (no
+    column, or a missing value) count none, and without any such kernel the options and the fit are as before."""
+    from leti.predict.kernels.overhead import OUTSIDE
+
+    rng = np.random.default_rng(3)
+    rows, alone, out = [], [], []
+    for m in range(30):
+        n_out = int(rng.integers(1, 9)) if m % 3 == 0 else 0  # a third of the networks split the delegate
+        for k in range(6):
+            rows.append(_weighted(f"n{m}", 0.2 + k / 10))
+            alone.append(rng.uniform(0.05, 0.5))
+            out.append(int(k < n_out))
+    table = normalize(pd.DataFrame(rows), "t").assign(kernel_type=["conv2d", "dense"] * 90, outside_delegate=out)
+    agg = model_aggregates(table, np.array(alone))
+    assert agg[OUTSIDE].to_numpy() == pytest.approx(pd.Series(out).groupby(table.model).sum().loc[agg.index])
+    y = (agg.sum_ms * 1.02 + 0.04 * agg[OUTSIDE]).to_numpy()
+    for per_type in (False, True):
+        oh = Overhead().fit(agg, y, per_type=per_type)
+        assert OUTSIDE in oh.terms and oh.coef[oh.terms.index(OUTSIDE)] == pytest.approx(0.04, abs=0.002)
+        assert oh.predict(agg) == pytest.approx(y, rel=0.01)
+        # the same model predicted from a table not checked for its delegate: no such term's share
+        unchecked = model_aggregates(table.drop(columns=[OUTSIDE]), np.array(alone))
+        assert oh.predict(unchecked) == pytest.approx(oh.predict(agg.assign(**{OUTSIDE: 0.0})))
+    gaps = model_aggregates(table.assign(outside_delegate=[None if i < 6 else v for i, v in enumerate(out)]),
+                            np.array(alone))
+    assert gaps[OUTSIDE].iloc[0] == 0 and gaps[OUTSIDE].iloc[1:].tolist() == agg[OUTSIDE].iloc[1:].tolist()
+    # no network holds such a kernel: the term is in no option
+    none = model_aggregates(table.assign(outside_delegate=0), np.array(alone))
+    plain = model_aggregates(table.drop(columns=[OUTSIDE]), np.array(alone))
+    y0 = plain["sum_ms"].to_numpy() * 1.05 + 0.01
+    a, b = Overhead().fit(plain, y0), Overhead().fit(none, y0)
+    assert OUTSIDE not in b.terms and a.terms == b.terms and a.coef == pytest.approx(b.coef)

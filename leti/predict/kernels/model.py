@@ -8,6 +8,7 @@ device/runtime/precision they describe (kernels of another are refused, naming b
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,13 +51,15 @@ class ModelLatency:
     #: widened by :data:`OTHER_HOST_LOG_STD`); ``unrecorded``: a predictor that does not say (a fit from a table)
     host: str = "unrecorded"
     #: the nodes XNNPACK leaves to TFLite's own kernels, by TFLite op name
-    #: (:func:`leti.device.coverage.xnnpack_fallback`; ``{}``: it runs the model whole; None: not checked, for a
-    #: predictor of another runtime or a model not given as a ``.tflite`` file)
+    #: (:func:`leti.device.coverage.xnnpack_fallback_nodes`; ``{}``: it runs the model whole; None: not checked, for a
+    #: predictor of another runtime or a model not given as a ``.tflite`` file). Checked, their kernels are marked
+    #: (``outside_delegate``) and the overhead prices them where its networks held such kernels
+    #: (:data:`~leti.predict.kernels.overhead.OUTSIDE`)
     outside_delegate: dict | None = None
 
     def to_dict(self) -> dict:
         keep = [c for c in ("kernel_index", "kernel_type", "predicted_as", "predicted_ms", "cold_ms", "stepped_ms",
-                            "near_ms")
+                            "near_ms", "outside_delegate")
                 if c in self.kernels]
         return {"model": self.model, "latency_ms": self.latency_ms, "std_ms": self.std_ms, "low_ms": self.low_ms,
                 "high_ms": self.high_ms, "kernel_sum_ms": self.kernel_sum_ms, "overhead_ms": self.overhead_ms,
@@ -154,7 +157,11 @@ class KernelLatencyPredictor:
     def predict_models(self, table: pd.DataFrame, allow_unknown: bool = False,
                        where: str = "kernels") -> list[ModelLatency]:
         """One :class:`ModelLatency` per model of the table (in order of appearance)."""
-        rows = self.in_model(self.predict_kernels(table, allow_unknown, where))
+        return self.models_of(self.predict_kernels(table, allow_unknown, where))
+
+    def models_of(self, predicted: pd.DataFrame) -> list[ModelLatency]:
+        """:meth:`predict_models` of rows :meth:`predict_kernels` predicted."""
+        rows = self.in_model(predicted)
         agg = model_aggregates(rows, rows["predicted_ms"].to_numpy(), self.overhead.cache_sizes())
         e2e = self.overhead.predict(agg)
         host = self.host
@@ -299,10 +306,16 @@ def predict_model_latency(model, predictor: KernelLatencyPredictor | str | Path,
             raise DatasetError(f"the predictor {predictor.source or ''} describes {what} {have!r}, not {want!r} "
                                f"({predictor.describes}); fit one for {want!r}".replace("  ", " "))
     table = split_model(model, predictor.rules, device=predictor.device)
-    result = predictor.predict_models(table, allow_unknown, where=str(table.model.iloc[0]))[0]
+    rows = predictor.predict_kernels(table, allow_unknown, where=str(table.model.iloc[0]))  # a bad model fails here
+    nodes = None
     if predictor.runtime == "tflite-xnnpack" and isinstance(model, (str, Path)) and str(model).endswith(".tflite"):
-        from leti.device.coverage import xnnpack_fallback
+        from leti.device.coverage import xnnpack_fallback_nodes
 
-        result.outside_delegate = xnnpack_fallback(model)
+        nodes = xnnpack_fallback_nodes(model)
+        if nodes is not None:  # the kernels those nodes run, marked (split again only for a model run in parts)
+            marked = split_model(model, predictor.rules, device=predictor.device, outside=nodes) if nodes else None
+            rows = rows.assign(outside_delegate=0 if marked is None else marked["outside_delegate"].to_numpy())
+    result = predictor.models_of(rows)[0]
+    if nodes is not None:
+        result.outside_delegate = dict(Counter(n.op for n in nodes))
     return result
-

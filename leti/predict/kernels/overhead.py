@@ -68,6 +68,8 @@ def model_aggregates(table: pd.DataFrame, kernel_ms: np.ndarray, cache_mb: tuple
     if COLD in table:  # the cache profile's part of each kernel's ms (:meth:`.cache.CacheProfile.in_model_ms`)
         cold = table[COLD].to_numpy(np.float64)
         cols[COLD] = total(cold)
+    if OUTSIDE in table:  # kernels the delegate leaves to TFLite's own (rows of models not checked: none)
+        cols[OUTSIDE] = total(pd.to_numeric(table[OUTSIDE], errors="coerce").fillna(0.0).to_numpy(np.float64))
     if "bytes_weights" in table:
         weights = table["bytes_weights"].to_numpy(np.float64)
         pixels = np.maximum(table["output_h"].to_numpy(np.float64) * table["output_w"].to_numpy(np.float64), 1.0)
@@ -135,6 +137,15 @@ ADDED = "kernels"
 #: kernels alone; fitted apart, the 98 networks under 32 MB take 0.52× the profile's cost, all 120 0.49×, and the
 #: engine zoo's dev split went 93.8 → 97.5 % Acc@10 (ResNet50 at 64 pixels +17 → +4.5 %)
 COLD = "cold_ms"
+#: the kernels a delegate leaves to TFLite's own kernels (:func:`~leti.predict.kernels.split.split_graph`'s
+#: ``outside_delegate``), a term of every option wherever the models fitted on have such kernels. Why: each splits
+#: the delegate's graph into one more partition, and neither the switch between partitions nor TFLite's kernel is
+#: what the kernel timed alone shows. Session 57, the local CPU's zoo: the 11 of 250 models with such kernels
+#: (NB101's uneven channel splits, ``SPLIT_V``, 3-12 a model; NASNet-Mobile's 1×1 stride-2 average pools and
+#: 6-input concatenations, 20) were all predicted low (NB101 37-78 µs short, 4-6 µs a kernel; NASNet 0.39-0.66 ms),
+#: Acc@10 73-82 % where the 239 others scored 99.6 %; the build's random networks (:mod:`leti.models.random_networks`)
+#: hold such kernels so the networks set the price
+OUTSIDE = "outside_delegate"
 #: weights pulling per-type scales towards the common scale (as many models' worth of relative error),
 #: strongest (simplest) first, as the one-standard-error rule wants them ordered
 PER_TYPE_PULL = (10.0, 1.0, 0.1, 0.01)
@@ -270,6 +281,7 @@ class Overhead:
         cache += [[evicted_term(c)] for c in EVICTION_MB if evicted_term(c) in agg]
         saves = ([], [SAVED], [ADDED]) if per_type else ([],)
         cold = [COLD] if COLD in agg and float(agg[COLD].sum()) > 0 else []  # in every option where there is one
+        cold += [OUTSIDE] if OUTSIDE in agg and float(agg[OUTSIDE].sum()) > 0 else []  # so is this
         options = [(["sum_ms", "one", *n, *v, "bytes_out_mb", *c, *cold], None)
                    for n in ([], counts)[: 1 + bool(counts)] for v in saves for c in cache]
         if per_type:

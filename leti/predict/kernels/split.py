@@ -16,6 +16,7 @@ Views and shape-only ops (reshape) are not kernels; their cost, if any, is in th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -194,10 +195,29 @@ def _emit(g, rules: FusionRules, rows: list[dict], owner: dict, readers: dict, r
     rows.append(row)
 
 
+def _outside(rows: list[dict], nodes: list) -> list[int]:
+    """1 for the kernels a node of ``nodes`` (:class:`~leti.device.coverage.FallbackNode`) runs: the kernel writes one
+    of its tensors (the importer renames a repeated TFLite name ``name#i``), or, for an op the converter left apart
+    from its activation (``name:pre``: the runtime graph named the pair after the activation), reads its inputs."""
+    written = {t for n in nodes for t in n.outputs}
+    read = {frozenset(n.inputs) for n in nodes}
+    flags = []
+    for r in rows:
+        out = r["_out"]
+        if out.endswith(":pre"):
+            flags.append(int(frozenset(r["_in"]) in read))
+        else:
+            flags.append(int(out in written or out.split("#")[0] in written))
+    return flags
+
+
 def split_graph(graph, rules: FusionRules | str = "tflite-xnnpack", model: str = "model",
-                precision: str = "float", device: str = "") -> pd.DataFrame:
+                precision: str = "float", device: str = "", outside: Iterable | None = None) -> pd.DataFrame:
     """The kernels ``graph`` runs as under ``rules`` (a :class:`FusionRules` or a runtime name), in
-    execution order, as a LETI kernel table (no ``latency_ms``)."""
+    execution order, as a LETI kernel table (no ``latency_ms``). ``outside``: the nodes the
+    runtime's delegate leaves to TFLite's own kernels (:func:`leti.device.coverage.xnnpack_fallback_nodes`); given,
+    the table has ``outside_delegate`` (1 on the kernels such a node runs), what the overhead prices the switches
+    between the delegate's partitions by (:data:`~leti.predict.kernels.overhead.OUTSIDE`)."""
     from leti.predict.kernels.schema import BYTES_PER_ELEMENT, normalize
 
     if isinstance(rules, str):
@@ -239,11 +259,13 @@ def split_graph(graph, rules: FusionRules | str = "tflite-xnnpack", model: str =
     df.insert(1, "kernel_index", np.arange(len(df)))
     df["device"], df["runtime"], df["precision"] = device, rules.runtime, precision
     df["bytes_in"] = [float(r["_in_el"]) * BYTES_PER_ELEMENT.get(precision.lower(), 4) for r in rows]
+    if outside is not None:
+        df["outside_delegate"] = _outside(rows, list(outside))
     return normalize(df, model)
 
 
 def split_model(model, rules: FusionRules | str = "tflite-xnnpack", name: str | None = None,
-                device: str = "") -> pd.DataFrame:
+                device: str = "", outside: Iterable | None = None) -> pd.DataFrame:
     """:func:`split_graph` of a model given as a path (``.tflite``, ``.keras``, ``.onnx``, ``.leti``), a Keras
     model or an engine :class:`~leti.engine.graph.Graph`. Quantized models are refused by the importer."""
     from pathlib import Path
@@ -256,4 +278,4 @@ def split_model(model, rules: FusionRules | str = "tflite-xnnpack", name: str | 
     else:
         graph = load_model(model)
         label = name or (Path(model).stem if isinstance(model, (str, Path)) else getattr(model, "name", "model"))
-    return split_graph(graph, rules, model=label, device=device)
+    return split_graph(graph, rules, model=label, device=device, outside=outside)
