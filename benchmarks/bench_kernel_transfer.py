@@ -93,14 +93,16 @@ class Target:
 
 def zoo_split(zoo: Path, rules, device: str, work: Path) -> pd.DataFrame:
     """Every zoo model split into the kernels ``rules``' runtime runs (cached in ``work``)."""
-    from leti.predict.kernels.split import split_model
+    from leti.predict.kernels.split import delegate_outside, split_model
 
-    key = hashlib.sha1(json.dumps([rules.to_dict(), device], sort_keys=True).encode()).hexdigest()[:10]
+    # "outside": the kernels XNNPACK leaves out are marked (session 58); a cache from before lacks the marks
+    key = hashlib.sha1(json.dumps([rules.to_dict(), device, "outside"], sort_keys=True).encode()).hexdigest()[:10]
     path = work / f"zoo_{rules.runtime}_{key}.parquet"
     if path.is_file():
         return pd.read_parquet(path)
     files = sorted(p for p in zoo.iterdir() if p.suffix == ".tflite")
-    table = pd.concat([split_model(f, rules, device=device).assign(model=f.name) for f in files], ignore_index=True)
+    table = pd.concat([split_model(f, rules, device=device, outside=delegate_outside(f, rules.runtime)).assign(model=f.name)
+                       for f in files], ignore_index=True)
     table.to_parquet(path, index=False)
     return table
 

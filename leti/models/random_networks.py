@@ -26,10 +26,10 @@ import numpy as np
 from leti.models.zoo_blocks import CountNet, KerasNet, Net, make_divisible
 
 BLOCKS = ("plain", "inverted", "basic", "bottleneck", "fire", "dense", "shuffle", "cell", "nasnet")
-#: how often a stage draws each block: the last two at a third of the weight. Why they are here: they hold what XNNPACK leaves
-#: to TFLite's own kernels (a ``cell``'s uneven channel splits, as NAS-Bench-101 cells truncate; a ``nasnet`` block's
-#: 6-input concatenation and, down a stage, NASNet's 1×1 stride-2 average pool), so the overhead fitted on these
-#: networks can price the switches between the delegate's partitions
+#: how often a stage draws each block: the last two at a third of the weight. Why they are here: they hold what
+#: XNNPACK leaves to TFLite's own kernels (a ``cell``'s uneven channel splits, as NAS-Bench-101 cells truncate; a
+#: ``nasnet`` block's 6-input concatenation and, down a stage, NASNet's 1×1 stride-2 average pool), so the overhead
+#: fitted on these networks can price the switches between the delegate's partitions
 #: (:data:`~leti.predict.kernels.overhead.OUTSIDE`); session 57 found every one of the build's networks before them
 #: delegated whole
 BLOCK_WEIGHTS = (3, 3, 3, 3, 3, 3, 3, 1, 1)

@@ -297,7 +297,7 @@ def predict_model_latency(model, predictor: KernelLatencyPredictor | str | Path,
     split into the kernels the predictor's runtime runs (its fusion rules), each kernel is predicted and
     the overhead added. ``device``/``runtime``, when given, are what the caller expects the predictor to
     describe: another one is refused, naming both."""
-    from leti.predict.kernels.split import split_model
+    from leti.predict.kernels.split import delegate_outside, split_model
 
     if not isinstance(predictor, KernelLatencyPredictor):
         predictor = load_kernel_predictor(predictor)
@@ -307,14 +307,10 @@ def predict_model_latency(model, predictor: KernelLatencyPredictor | str | Path,
                                f"({predictor.describes}); fit one for {want!r}".replace("  ", " "))
     table = split_model(model, predictor.rules, device=predictor.device)
     rows = predictor.predict_kernels(table, allow_unknown, where=str(table.model.iloc[0]))  # a bad model fails here
-    nodes = None
-    if predictor.runtime == "tflite-xnnpack" and isinstance(model, (str, Path)) and str(model).endswith(".tflite"):
-        from leti.device.coverage import xnnpack_fallback_nodes
-
-        nodes = xnnpack_fallback_nodes(model)
-        if nodes is not None:  # the kernels those nodes run, marked (split again only for a model run in parts)
-            marked = split_model(model, predictor.rules, device=predictor.device, outside=nodes) if nodes else None
-            rows = rows.assign(outside_delegate=0 if marked is None else marked["outside_delegate"].to_numpy())
+    nodes = delegate_outside(model, predictor.runtime)
+    if nodes is not None:  # the kernels those nodes run, marked (split again only for a model run in parts)
+        marked = split_model(model, predictor.rules, device=predictor.device, outside=nodes) if nodes else None
+        rows = rows.assign(outside_delegate=0 if marked is None else marked["outside_delegate"].to_numpy())
     result = predictor.models_of(rows)[0]
     if nodes is not None:
         result.outside_delegate = dict(Counter(n.op for n in nodes))

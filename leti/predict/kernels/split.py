@@ -264,6 +264,19 @@ def split_graph(graph, rules: FusionRules | str = "tflite-xnnpack", model: str =
     return normalize(df, model)
 
 
+def delegate_outside(model, runtime: str) -> list | None:
+    """The nodes the runtime's delegate leaves to TFLite's own kernels, for ``split_model``'s ``outside``: for a
+    ``.tflite`` file on ``tflite-xnnpack``, :func:`~leti.device.coverage.xnnpack_fallback_nodes` (an interpreter
+    loaded once, ~10 ms); None (not checked) for other runtimes and models."""
+    from pathlib import Path
+
+    if runtime != "tflite-xnnpack" or not isinstance(model, (str, Path)) or not str(model).endswith(".tflite"):
+        return None
+    from leti.device.coverage import xnnpack_fallback_nodes
+
+    return xnnpack_fallback_nodes(model)
+
+
 def split_model(model, rules: FusionRules | str = "tflite-xnnpack", name: str | None = None,
                 device: str = "", outside: Iterable | None = None) -> pd.DataFrame:
     """:func:`split_graph` of a model given as a path (``.tflite``, ``.keras``, ``.onnx``, ``.leti``), a Keras
