@@ -376,4 +376,4 @@ def _outside_warning(outside: dict, model_file, pred) -> str:
                        "partitions (its build's networks held none), so it is likely low (such zoo models: 4-6 % low "
                        "on average, up to 13 %)")
     return head + (f"the overhead adds {coef * 1e3:.1f} µs for each, learnt from the build's networks that hold such "
-                   "nodes, but such models may still come out low (the local CPU's zoo: 3-5 % low on average)")
+                   "nodes, but such models may still come out low (the local CPU's zoo: 2-6 % low on average)")

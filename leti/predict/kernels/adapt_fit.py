@@ -17,7 +17,7 @@ import pandas as pd
 from leti.errors import DatasetError
 from leti.predict.kernels.adapt import AdaptedKernels
 from leti.predict.kernels.model import KernelLatencyPredictor, table_identity
-from leti.predict.kernels.overhead import Overhead, fit_on_networks, model_aggregates
+from leti.predict.kernels.overhead import Overhead, fit_on_networks, model_aggregates, outlier_sigmas
 
 
 def overhead_scale(base: Overhead, agg: pd.DataFrame, e2e_ms: np.ndarray) -> tuple[float, float]:
@@ -88,7 +88,7 @@ def networks_overhead(predictor: KernelLatencyPredictor, base: Overhead, nets: p
         return base, f"overhead: the source's as is (the {len(nets)} networks timed hold over {MAX_NETWORK_WEIGHTS_MB:g} MB)"
     agg, y = got
     if len(y) >= MIN_NETWORKS:
-        fitted, odd = fit_on_networks(agg, y)
+        fitted, odd = fit_on_networks(agg, y, outlier_sigmas(predictor.runtime))
         left = f", {len(odd)} left out as outliers ({', '.join(odd)})" if odd else ""
         return fitted, f"overhead fitted on {len(y) - len(odd)} networks{left}: {' + '.join(fitted.terms)}"
     plain = Overhead()

@@ -21,7 +21,7 @@ from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.cache import CacheProfile
 from leti.predict.kernels.coverage import CLIP, POWER, RealOdds
 from leti.predict.kernels.model import KernelLatencyPredictor, fit_kernel_predictor
-from leti.predict.kernels.overhead import OUTLIER_SIGMAS, Overhead, fit_on_networks, model_aggregates
+from leti.predict.kernels.overhead import Overhead, fit_on_networks, model_aggregates, outlier_sigmas
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import COLUMNS, normalize
 from leti.predict.kernels.split import FusionRules
@@ -306,11 +306,12 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
     if kept is not None and len(kept) >= MIN_NETWORKS:
         agg, lat = _in_model_aggregates(predictor, net_kernels, kept, "calibration networks")
         agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
-        predictor.overhead, odd = fit_on_networks(agg, lat)
+        sigmas = outlier_sigmas(predictor.runtime)
+        predictor.overhead, odd = fit_on_networks(agg, lat, sigmas)
         left = f", {len(nets) - len(kept)} over {MAX_NETWORK_WEIGHTS_MB:g} MB of weights left out" \
             if len(kept) < len(nets) else ""
         left += (f", {len(odd)} left out as outliers ({', '.join(odd)}: measured against their kernels' sum over "
-                 f"{OUTLIER_SIGMAS:g} robust deviations off the others')") if odd else ""
+                 f"{sigmas:g} robust deviations off the others')") if odd else ""
         notes.append(f"overhead fitted on {len(kept) - len(odd)} calibration networks{left}: "
                      f"{' + '.join(predictor.overhead.terms)} (leave-one-out log RMS {predictor.overhead.resid_std:.3f})")
         return predictor, notes
