@@ -212,6 +212,11 @@ def test_build_within_budget_resumes_after_a_kill(tmp_path, capsys, warm_tf):
     assert manifest["cache"]["weights_mb"] == [1.0, 2.0, 4.0, 8.0] and manifest["cache"]["lost"][0] == 0.0
     with sqlite3.connect(db) as c:
         assert json.loads(c.execute("SELECT value FROM meta WHERE key='cache_profile'").fetchone()[0]) == manifest["cache"]
+        price = json.loads(c.execute("SELECT value FROM meta WHERE key='delegate_price'").fetchone()[0])
+    # ... and what a kernel XNNPACK leaves out costs, timed once on its probe pairs, the overhead's price for it
+    assert len(price["pairs"]) == 3 and all(p["outside"] == 9 and p["split_ms"] > 0 < p["slice_ms"] for p in price["pairs"])
+    overhead = dict(zip(manifest["overhead"]["terms"], manifest["overhead"]["coef"]))
+    assert price["price_ms"] >= 0 and overhead["outside_delegate"] == price["price_ms"]
     # the predictor predicts a model of its kernel types, a conv net with hard-swish, in a sane range
     import keras
 

@@ -343,13 +343,8 @@ def test_a_calibration_network_its_kernels_cannot_price_is_left_out_of_the_overh
     assert not overhead_outliers(agg_ok, lat5, outlier_sigmas("leti-engine-cpu")).any()
 
 
-def test_kernels_outside_the_delegate_get_a_price_of_their_own_from_the_networks():
-    """A kernel the delegate leaves to TFLite's own kernels (``outside_delegate``) enters the overhead as a count of
-    its own: networks that pay 40 µs for each are fitted with 40 µs, whatever the form; models not checked (no
-    column, or a missing value) count none, and without any such kernel the options and the fit are as before."""
-    from leti.predict.kernels.overhead import OUTSIDE
-
-    rng = np.random.default_rng(3)
+def _outside_networks(rng) -> tuple[pd.DataFrame, list[float], list[int]]:
+    """30 networks of 6 kernels (their times alone), a third of them with 1-8 kernels outside the delegate."""
     rows, alone, out = [], [], []
     for m in range(30):
         n_out = int(rng.integers(1, 9)) if m % 3 == 0 else 0  # a third of the networks split the delegate
@@ -357,7 +352,17 @@ def test_kernels_outside_the_delegate_get_a_price_of_their_own_from_the_networks
             rows.append(_weighted(f"n{m}", 0.2 + k / 10))
             alone.append(rng.uniform(0.05, 0.5))
             out.append(int(k < n_out))
-    table = normalize(pd.DataFrame(rows), "t").assign(kernel_type=["conv2d", "dense"] * 90, outside_delegate=out)
+    return normalize(pd.DataFrame(rows), "t").assign(kernel_type=["conv2d", "dense"] * 90, outside_delegate=out), alone, out
+
+
+def test_kernels_outside_the_delegate_get_a_price_of_their_own_from_the_networks():
+    """A kernel the delegate leaves to TFLite's own kernels (``outside_delegate``) enters the overhead as a count of
+    its own: networks that pay 40 µs for each are fitted with 40 µs, whatever the form; models not checked (no
+    column, or a missing value) count none, and without any such kernel the options and the fit are as before."""
+    from leti.predict.kernels.overhead import OUTSIDE
+
+    rng = np.random.default_rng(3)
+    table, alone, out = _outside_networks(rng)
     agg = model_aggregates(table, np.array(alone))
     assert agg[OUTSIDE].to_numpy() == pytest.approx(pd.Series(out).groupby(table.model).sum().loc[agg.index])
     y = (agg.sum_ms * 1.02 + 0.04 * agg[OUTSIDE]).to_numpy()
@@ -377,3 +382,37 @@ def test_kernels_outside_the_delegate_get_a_price_of_their_own_from_the_networks
     y0 = plain["sum_ms"].to_numpy() * 1.05 + 0.01
     a, b = Overhead().fit(plain, y0), Overhead().fit(none, y0)
     assert OUTSIDE not in b.terms and a.terms == b.terms and a.coef == pytest.approx(b.coef)
+
+
+def test_a_measured_price_of_a_kernel_outside_the_delegate_is_kept_as_measured():
+    """``fixed``: the delegate term's coefficient is the build's measured price (:mod:`~leti.predict.kernels.partition`),
+    the other terms fitted around it, and kept where none of the models fitted on holds such a kernel."""
+    from leti.predict.kernels.overhead import OUTSIDE
+
+    rng = np.random.default_rng(5)
+    table, alone, _ = _outside_networks(rng)
+    agg = model_aggregates(table, np.array(alone))
+    y = (agg.sum_ms * 1.02 + 0.004 * agg[OUTSIDE]).to_numpy() * np.exp(rng.normal(0, 0.03, len(agg)))  # noisy
+    for per_type in (False, True):
+        oh = Overhead().fit(agg, y, per_type=per_type, fixed={OUTSIDE: 0.004})
+        coef = dict(zip(oh.terms, oh.coef))
+        assert coef[OUTSIDE] == 0.004 and oh.terms.count(OUTSIDE) == 1
+        assert coef.get("sum_ms", 1.02) == pytest.approx(1.02, abs=0.03)
+        # the prediction is the fitted terms plus the price times the kernels left out
+        both = oh.predict(agg) - oh.predict(agg.assign(**{OUTSIDE: 0.0}))
+        assert both == pytest.approx(0.004 * agg[OUTSIDE].to_numpy())
+    # networks that hold no such kernel: the price is kept, for the models that do
+    none = model_aggregates(table.assign(outside_delegate=0), np.array(alone))
+    kept = Overhead().fit(none, none.sum_ms.to_numpy(), fixed={OUTSIDE: 0.004})
+    assert dict(zip(kept.terms, kept.coef))[OUTSIDE] == 0.004
+    assert kept.predict(agg)[0] - kept.predict(none)[0] == pytest.approx(0.004 * agg[OUTSIDE].iloc[0])
+
+
+def test_the_delegate_price_probes_differ_only_in_the_truncation_xnnpack_leaves_out():
+    from leti.device.coverage import xnnpack_fallback_nodes
+    from leti.models.keras_import import keras_to_tflite
+    from leti.predict.kernels.partition import probe_network
+
+    split = xnnpack_fallback_nodes(keras_to_tflite(probe_network(8, 16, True, modules=3)))
+    sliced = xnnpack_fallback_nodes(keras_to_tflite(probe_network(8, 16, False, modules=3)))
+    assert [n.op for n in split] == ["SPLIT_V"] * 3 and sliced == []

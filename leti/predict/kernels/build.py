@@ -329,6 +329,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
                                                           quota, rng, odds), last + 1)
             store.start_round(last + 1, planned)
         cache = _cache_profile(store, bench, types, cache_probe, tick)
+        price = _delegate_price(store, bench, tick)
         clock.save()
         bench.close()
         # the final predictor
@@ -338,7 +339,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
         cal_kernels, cal = calibration_tables(store, runtime)
         net_kernels, nets = calibration_tables(store, runtime, "network")
         predictor, notes = fit_final(table, cal_kernels, cal, FusionRules.from_dict(rules), net_kernels, nets, cache,
-                                     coverage=bool(coverage), overhead=overhead)
+                                     coverage=bool(coverage), overhead=overhead, delegate_price=price)
         if cache_mb:
             predictor.overhead.cache_mb = float(cache_mb)
             notes.append(f"the eviction term ramps at {cache_mb:g} MB of cache when predicting" if
@@ -373,6 +374,21 @@ def _cache_profile(store: BuildStore, bench, types: list[str], wanted: bool, tic
         saved = measure_cache_profile(bench, tick).to_dict()
         store.set("cache_profile", saved)
     return CacheProfile.from_dict(saved)
+
+
+def _delegate_price(store: BuildStore, bench, tick) -> float | None:
+    """What a kernel the delegate leaves out costs in a network (:mod:`.partition`), in ms: timed once per TFLite build
+    (about 7 s, after the budget too, as the cache profile), kept in the store; None on other runtimes."""
+    if bench.runtime != "tflite-xnnpack":
+        return None
+    saved = store.get("delegate_price")
+    if saved is None:
+        from leti.predict.kernels.partition import measure_delegate_price
+
+        tick("delegate price")
+        saved = measure_delegate_price(bench)
+        store.set("delegate_price", saved)
+    return float(saved["price_ms"])
 
 
 def _real_latency(sampler, regressors) -> np.ndarray | None:

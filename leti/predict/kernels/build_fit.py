@@ -21,7 +21,7 @@ from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.cache import CacheProfile
 from leti.predict.kernels.coverage import CLIP, POWER, RealOdds
 from leti.predict.kernels.model import KernelLatencyPredictor, fit_kernel_predictor
-from leti.predict.kernels.overhead import Overhead, fit_on_networks, model_aggregates, outlier_sigmas
+from leti.predict.kernels.overhead import OUTSIDE, Overhead, fit_on_networks, model_aggregates, outlier_sigmas
 from leti.predict.kernels.predictor import KernelRegressors
 from leti.predict.kernels.schema import COLUMNS, normalize
 from leti.predict.kernels.split import FusionRules
@@ -282,13 +282,14 @@ def sum_overhead(agg: pd.DataFrame, e2e_ms: np.ndarray) -> Overhead:
 def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame, rules: FusionRules,
               net_kernels: pd.DataFrame | None = None, nets: pd.DataFrame | None = None,
               cache: CacheProfile | None = None, coverage: bool = True,
-              overhead: str = "fit") -> tuple[KernelLatencyPredictor, list[str]]:
+              overhead: str = "fit", delegate_price: float | None = None) -> tuple[KernelLatencyPredictor, list[str]]:
     """The predictor on every kernel (KernelRegressors' default settings; with ``coverage`` each kernel weighed by its
     closeness to real networks' kernels: :mod:`.coverage`), its overhead fitted on the
     calibration networks when there are :data:`MIN_NETWORKS` of them (per-type scales among the options),
     else on the calibration chains (per-type kernel counts among the terms only with enough models), or, with
     ``overhead="sum"`` (:data:`OVERHEAD_FORMS`), none; ``cache``: the device's cache profile, whose one-pixel kernels'
-    cost in a model comes before the overhead."""
+    cost in a model comes before the overhead; ``delegate_price``: the measured ms of a kernel the delegate leaves out
+    (:mod:`.partition`), the networks' overhead's ``outside_delegate`` coefficient."""
     check_overhead(overhead)
     notes: list[str] = []
     predictor = fit_kernel_predictor(table[[c for c in COLUMNS if c in table]], rules=rules, coverage=coverage)
@@ -300,6 +301,7 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
         notes.append(f"no overhead (--overhead sum): latency = the kernels' sum; its log RMS on the {len(lat)} "
                      f"calibration models {predictor.overhead.resid_std:.3f}")
         return predictor, notes
+    fixed = {OUTSIDE: float(delegate_price)} if delegate_price is not None else None
     weights = (net_kernels.groupby("model").bytes_weights.sum() / 1e6 if nets is not None and len(nets)
                else pd.Series(dtype=float))
     kept = nets[nets.model.map(weights).fillna(0.0).to_numpy() <= MAX_NETWORK_WEIGHTS_MB] if nets is not None else None
@@ -307,7 +309,7 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
         agg, lat = _in_model_aggregates(predictor, net_kernels, kept, "calibration networks")
         agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
         sigmas = outlier_sigmas(predictor.runtime)
-        predictor.overhead, odd = fit_on_networks(agg, lat, sigmas)
+        predictor.overhead, odd = fit_on_networks(agg, lat, sigmas, fixed)
         left = f", {len(nets) - len(kept)} over {MAX_NETWORK_WEIGHTS_MB:g} MB of weights left out" \
             if len(kept) < len(nets) else ""
         left += (f", {len(odd)} left out as outliers ({', '.join(odd)}: measured against their kernels' sum over "
@@ -332,5 +334,5 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
     if len(cal) < 2 * n_terms:
         agg = agg[[c for c in agg.columns if not c.startswith("n:")]]
         notes.append(f"{len(cal)} calibration models: overhead = a·sum + c + d·MB out [+ a cache term] (no per-type counts)")
-    predictor.overhead = Overhead().fit(agg, lat)
+    predictor.overhead = Overhead().fit(agg, lat, fixed=fixed)
     return predictor, notes

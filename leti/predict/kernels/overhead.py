@@ -201,13 +201,13 @@ def overhead_outliers(agg: pd.DataFrame, e2e_ms: np.ndarray, sigmas: float = OUT
     return odd
 
 
-def fit_on_networks(agg: pd.DataFrame, e2e_ms: np.ndarray,
-                    sigmas: float = OUTLIER_SIGMAS) -> tuple[Overhead, list[str]]:
+def fit_on_networks(agg: pd.DataFrame, e2e_ms: np.ndarray, sigmas: float = OUTLIER_SIGMAS,
+                    fixed: dict[str, float] | None = None) -> tuple[Overhead, list[str]]:
     """The overhead of timed whole networks (a build's calibration networks): :meth:`Overhead.fit` with the per-type
     options, the networks :func:`overhead_outliers` finds left out; returns it and their names."""
     y = np.asarray(e2e_ms, np.float64)
     odd = overhead_outliers(agg, y, sigmas)
-    return Overhead().fit(agg[~odd], y[~odd], per_type=True), [str(m) for m in agg.index[odd]]
+    return Overhead().fit(agg[~odd], y[~odd], per_type=True, fixed=fixed), [str(m) for m in agg.index[odd]]
 
 
 @dataclass
@@ -263,12 +263,13 @@ class Overhead:
         return np.column_stack(cols)
 
     @staticmethod
-    def _nnls(a: np.ndarray, y: np.ndarray, prior: tuple | None = None) -> np.ndarray:
+    def _nnls(a: np.ndarray, y: np.ndarray, prior: tuple | None = None, offset: np.ndarray | None = None) -> np.ndarray:
         """Non-negative least squares of the relative error; ``prior`` ``(mask, target, lam)``: the masked
-        coefficients are pulled towards ``target`` with weight ``lam`` (rows appended to the system)."""
+        coefficients are pulled towards ``target`` with weight ``lam`` (rows appended to the system); ``offset``: each
+        model's ms of the terms whose coefficients are fixed (``fit``'s ``fixed``)."""
         from scipy.optimize import nnls
 
-        a, b = a / y[:, None], np.ones(len(y))
+        a, b = a / y[:, None], np.ones(len(y)) if offset is None else 1.0 - offset / y
         if prior is not None:
             mask, target, lam = prior
             pen = np.sqrt(lam) * np.eye(a.shape[1])[np.asarray(mask)]
@@ -276,18 +277,26 @@ class Overhead:
         return nnls(a, b)[0]
 
     @classmethod
-    def _loo_residuals(cls, a: np.ndarray, y: np.ndarray, prior: tuple | None = None) -> np.ndarray | None:
+    def _loo_residuals(cls, a: np.ndarray, y: np.ndarray, prior: tuple | None = None,
+                       offset: np.ndarray | None = None) -> np.ndarray | None:
         """The leave-one-model-out log ratios (measured / predicted); None with too few models."""
         if len(y) <= (a.shape[1] if prior is None else a.shape[1] - int(np.sum(prior[0]))):
             return None
-        return np.array([np.log(y[i] / max(float(a[i] @ cls._nnls(np.delete(a, i, 0), np.delete(y, i), prior)),
-                                           1e-9)) for i in range(len(y))])
+        off = np.zeros(len(y)) if offset is None else offset
+        return np.array([np.log(y[i] / max(float(a[i] @ cls._nnls(np.delete(a, i, 0), np.delete(y, i), prior,
+                                                                   np.delete(off, i))) + off[i], 1e-9))
+                         for i in range(len(y))])
 
-    def fit(self, agg: pd.DataFrame, e2e_ms: np.ndarray, per_type: bool = False) -> Overhead:
+    def fit(self, agg: pd.DataFrame, e2e_ms: np.ndarray, per_type: bool = False,
+            fixed: dict[str, float] | None = None) -> Overhead:
         """Choose the terms by leave-one-model-out error and fit them; ``per_type``: also try one scale per
         kernel type (``ms:<type>``, pulled towards the common scale, the pull chosen the same way) and a
-        per-kernel saving, and take the simplest option within one standard error of the best."""
+        per-kernel saving, and take the simplest option within one standard error of the best; ``fixed``: terms whose
+        coefficient was measured (:data:`OUTSIDE` at :func:`~.partition.measure_delegate_price`'s price), in every
+        option with that coefficient."""
         y = np.asarray(e2e_ms, np.float64)
+        fixed = {t: float(v) for t, v in (fixed or {}).items()}  # measured: kept where no model fitted on has the term
+        off = self._design(agg, list(fixed)) @ np.asarray(list(fixed.values())) if fixed else None
         counts = sorted(c for c in agg.columns if c.startswith("n:"))
         cache = [[]] + [[c] for c in CACHE_TERMS if c in agg]
         cache += [list(CACHE_TERMS)] if all(c in agg for c in CACHE_TERMS) else []
@@ -297,18 +306,18 @@ class Overhead:
         cache += [[evicted_term(c)] for c in EVICTION_MB if evicted_term(c) in agg]
         saves = ([], [SAVED], [ADDED]) if per_type else ([],)
         cold = [COLD] if COLD in agg and float(agg[COLD].sum()) > 0 else []  # in every option where there is one
-        cold += [OUTSIDE] if OUTSIDE in agg and float(agg[OUTSIDE].sum()) > 0 else []  # so is this
+        cold += [OUTSIDE] if OUTSIDE in agg and float(agg[OUTSIDE].sum()) > 0 and OUTSIDE not in fixed else []
         options = [(["sum_ms", "one", *n, *v, "bytes_out_mb", *c, *cold], None)
                    for n in ([], counts)[: 1 + bool(counts)] for v in saves for c in cache]
         if per_type:
             types = sorted(c for c in agg.columns if c.startswith("ms:") and agg[c].sum() > 0)
-            base = self._nnls(self._design(agg, ["sum_ms", "one", "bytes_out_mb", *cold]), y)[0]
+            base = self._nnls(self._design(agg, ["sum_ms", "one", "bytes_out_mb", *cold]), y, None, off)[0]
             for lam in PER_TYPE_PULL:  # strongest pull (simplest) first
                 for v in saves:
                     for c in cache:
                         terms = [*types, REST, "one", *v, "bytes_out_mb", *c, *cold]
                         options.append((terms, ([t.startswith("ms:") for t in terms], base, lam)))
-        resid = [self._loo_residuals(self._design(agg, terms), y, prior) for terms, prior in options]
+        resid = [self._loo_residuals(self._design(agg, terms), y, prior, off) for terms, prior in options]
         mse = np.array([np.nan if r is None else float(np.mean(np.square(r))) for r in resid])
         best = 0
         if per_type and np.isfinite(mse).any():
@@ -323,8 +332,9 @@ class Overhead:
             for i in range(1, len(options)):
                 if np.sqrt(mse[i]) < np.sqrt(mse[best]) * (1 - CACHE_GAIN) - LOO_TIE:  # False for NaN (too few models)
                     best = i
-        self.terms, prior = options[best]
-        self.coef, self.n_models = self._nnls(self._design(agg, self.terms), y, prior).tolist(), len(y)
+        terms, prior = options[best]
+        coef = self._nnls(self._design(agg, terms), y, prior, off).tolist()
+        self.terms, self.coef, self.n_models = [*terms, *fixed], [*coef, *fixed.values()], len(y)
         self.resid_std = float(np.sqrt(mse[best])) if np.isfinite(mse[best]) else 0.0
         return self
 
