@@ -375,5 +375,5 @@ def _outside_warning(outside: dict, model_file, pred) -> str:
         return head + ("this predictor prices them as delegated kernels and not the switches between the delegate's "
                        "partitions (its build's networks held none), so it is likely low (such zoo models: 4-6 % low "
                        "on average, up to 13 %)")
-    return head + (f"the overhead adds {coef * 1e3:.1f} µs for each, learnt from the build's networks that hold such "
-                   "nodes, but such models may still come out low (the local CPU's zoo: 2-6 % low on average)")
+    return head + (f"the overhead adds {coef * 1e3:.1f} µs for each kernel they run (the price its build timed or "
+                   "fitted), but such models may still come out low (the local CPU's zoo: 1-3 % low on average)")

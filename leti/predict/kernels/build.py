@@ -246,6 +246,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench, runtime_of
     from leti.predict.kernels.detect import DEFAULT_PAIRS, DETECT_PROTOCOL, measure_pairs, rules_from
+    from leti.predict.kernels.partition import stored_delegate_price
     from leti.predict.kernels.sampler import default_sampler
 
     if not budget_minutes > 0:
@@ -329,7 +330,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
                                                           quota, rng, odds), last + 1)
             store.start_round(last + 1, planned)
         cache = _cache_profile(store, bench, types, cache_probe, tick)
-        price = _delegate_price(store, bench, tick)
+        price = stored_delegate_price(store, bench, tick)
         clock.save()
         bench.close()
         # the final predictor
@@ -374,21 +375,6 @@ def _cache_profile(store: BuildStore, bench, types: list[str], wanted: bool, tic
         saved = measure_cache_profile(bench, tick).to_dict()
         store.set("cache_profile", saved)
     return CacheProfile.from_dict(saved)
-
-
-def _delegate_price(store: BuildStore, bench, tick) -> float | None:
-    """What a kernel the delegate leaves out costs in a network (:mod:`.partition`), in ms: timed once per TFLite build
-    (about 7 s, after the budget too, as the cache profile), kept in the store; None on other runtimes."""
-    if bench.runtime != "tflite-xnnpack":
-        return None
-    saved = store.get("delegate_price")
-    if saved is None:
-        from leti.predict.kernels.partition import measure_delegate_price
-
-        tick("delegate price")
-        saved = measure_delegate_price(bench)
-        store.set("delegate_price", saved)
-    return float(saved["price_ms"])
 
 
 def _real_latency(sampler, regressors) -> np.ndarray | None:

@@ -328,6 +328,8 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
         cal_kernels = cal_kernels[cal_kernels.model.isin(cal.model)]
     if len(cal) < 5:
         notes.append(f"only {len(cal)} calibration models: latency = sum of kernels (no overhead term)")
+        if fixed:  # what was measured stays: the sum plus the price of each kernel the delegate leaves out
+            predictor.overhead = Overhead(["sum_ms", *fixed], [1.0, *fixed.values()])
         return predictor, notes
     agg, lat = _in_model_aggregates(predictor, cal_kernels, cal, "calibration models")
     n_terms = 4 + sum(c.startswith("n:") for c in agg.columns)  # sum, one, MB out, a cache term

@@ -60,3 +60,17 @@ def measure_delegate_price(bench) -> dict:
             pairs.append({"h": h, "c": c, "outside": n, "split_ms": a, "slice_ms": b})
     per = [(p["split_ms"] - p["slice_ms"]) / p["outside"] for p in pairs]
     return {"price_ms": max(float(np.median(per)), 0.0) if per else 0.0, "pairs": pairs}
+
+
+def stored_delegate_price(store, bench, tick) -> float | None:
+    """The build's price of a kernel the delegate leaves out, in ms: :func:`measure_delegate_price` once per TFLite
+    build (about 7 s, after the budget too, as the cache profile), kept in the store (``delegate_price``); None on
+    other runtimes."""
+    if bench.runtime != "tflite-xnnpack":
+        return None
+    saved = store.get("delegate_price")
+    if saved is None:
+        tick("delegate price")
+        saved = measure_delegate_price(bench)
+        store.set("delegate_price", saved)
+    return float(saved["price_ms"])
