@@ -14,7 +14,6 @@ prints it the way TFLite does (the loopback phone's runner uses it).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -42,12 +41,6 @@ def interpreter_coverage(interp, delegate: str = "TfLiteXNNPackDelegate") -> Cov
     """The delegate coverage of an allocated ai-edge-litert ``Interpreter`` (nodes of the main graph)."""
     original, partitions, taken = _delegated(interp._get_ops_details())
     return Coverage(delegate, len(taken), len(original), len(partitions))
-
-
-def fallback_ops(interp) -> dict[str, int]:
-    """The nodes of an allocated ``Interpreter``'s main graph that no delegate took, counted by TFLite op name (empty
-    when a delegate runs it whole): what TFLite's own kernels run between the delegate's partitions."""
-    return dict(Counter(n.op for n in fallback_nodes(interp)))
 
 
 class FallbackNode(NamedTuple):
@@ -82,17 +75,6 @@ def xnnpack_fallback_nodes(source: str | Path | bytes) -> list[FallbackNode] | N
     except (ValueError, RuntimeError):
         return None
     return fallback_nodes(interp)
-
-
-def xnnpack_fallback(path: str | Path) -> dict[str, int] | None:
-    """The nodes of a ``.tflite`` file that TFLite's XNNPACK delegate leaves to TFLite's own kernels, by op name (None
-    when the interpreter cannot load it). Why it is reported: the kernel table prices every node as the delegate's
-    kernel, so such models came out low before the overhead priced the switch between partitions (session 57, the
-    local CPU's zoo: the 11 of 250 models with such nodes, NB101's uneven channel splits, ``SPLIT_V``, and
-    NASNet-Mobile's average pools and concatenations, were all predicted low, bias −4 to −6 %, Acc@10 73-82 %, where
-    the 239 others scored 99.6 %)."""
-    nodes = xnnpack_fallback_nodes(path)
-    return None if nodes is None else dict(Counter(n.op for n in nodes))
 
 
 def _delegated(nodes: list[dict]) -> tuple[list[dict], list[dict], set[int]]:

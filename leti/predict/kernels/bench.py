@@ -155,6 +155,10 @@ class KernelBench:
         """Time a multi-kernel model running ``configs`` in sequence (no single-kernel check)."""
         return self._timed(lambda: chain_model(configs, seed, name=stem.replace("-", "_")), stem)
 
+    def model(self, build, stem: str) -> Timed:
+        """Time the multi-kernel Keras model ``build()`` returns (no single-kernel check)."""
+        return self._timed(build, stem)
+
     def network(self, params: dict, stem: str = "network") -> Timed:
         """Time a whole random network (:mod:`leti.models.random_networks`) described by ``params``."""
         from leti.models.random_networks import keras_network

@@ -50,7 +50,7 @@ def measure_delegate_price(bench) -> dict:
         got = {}
         for split in (True, False):
             stem = f"probe-{'split' if split else 'slice'}-{h}x{c}"
-            timed = bench._timed(lambda: probe_network(h, c, split, name=stem.replace("-", "_")), stem)
+            timed = bench.model(lambda: probe_network(h, c, split, name=stem.replace("-", "_")), stem)
             m = timed.measurement
             got[split] = (float(m.ratio) * float(m.ref_ms),
                           int(timed.kernels["outside_delegate"].sum()) if "outside_delegate" in timed.kernels else 0)
