@@ -153,7 +153,7 @@ class KernelBench:
 
     def chain(self, configs: list[KernelConfig], seed: int = 0, stem: str = "chain") -> Timed:
         """Time a multi-kernel model running ``configs`` in sequence (no single-kernel check)."""
-        return self._timed(lambda: chain_model(configs, seed, name=stem.replace("-", "_")), stem)
+        return self.model(lambda: chain_model(configs, seed, name=stem.replace("-", "_")), stem)
 
     def model(self, build, stem: str) -> Timed:
         """Time the multi-kernel Keras model ``build()`` returns (no single-kernel check)."""
@@ -163,7 +163,7 @@ class KernelBench:
         """Time a whole random network (:mod:`leti.models.random_networks`) described by ``params``."""
         from leti.models.random_networks import keras_network
 
-        return self._timed(lambda: keras_network(params, name=stem.replace("-", "_")), stem)
+        return self.model(lambda: keras_network(params, name=stem.replace("-", "_")), stem)
 
     def empty(self) -> Timed:
         """A near-empty model (one ReLU on four numbers): the per-invoke cost of the runtime."""

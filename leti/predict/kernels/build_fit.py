@@ -327,7 +327,8 @@ def fit_final(table: pd.DataFrame, cal_kernels: pd.DataFrame, cal: pd.DataFrame,
         cal = cal[~small]
         cal_kernels = cal_kernels[cal_kernels.model.isin(cal.model)]
     if len(cal) < 5:
-        notes.append(f"only {len(cal)} calibration models: latency = sum of kernels (no overhead term)")
+        notes.append(f"only {len(cal)} calibration models: latency = sum of kernels"
+                     + (" plus the measured delegate price" if fixed else " (no overhead term)"))
         if fixed:  # what was measured stays: the sum plus the price of each kernel the delegate leaves out
             predictor.overhead = Overhead(["sum_ms", *fixed], [1.0, *fixed.values()])
         return predictor, notes
