@@ -40,7 +40,8 @@ def build_cmd(
                                     "none with --transfer-from)."),
     networks: Optional[int] = typer.Option(None, "--networks", help="Random whole networks timed end to end; with "
                                            "20 or more the overhead (per kernel type) is fitted on them, with fewer "
-                                           "a transfer scales the source's (default 60; 8 with --transfer-from)."),
+                                           "a transfer scales the source's (default 120 on TFLite, 60 on LETI's engine; "
+                                           "8 with --transfer-from)."),
     detect: Optional[bool] = typer.Option(None, "--detect/--no-detect", help="Measure the fusion rules first (else: "
                                           "the runtime's rules known a priori, or the source's; default: detect, "
                                           "but not with --transfer-from)."),
@@ -113,7 +114,7 @@ def build_cmd(
                                               notify=notify)
         else:
             report = build_kernel_predictor(dev, out, budget_minutes, seed=seed, threads=threads, kernel_types=kinds,
-                                            n_calibration=calibration, n_networks=60 if networks is None else networks,
+                                            n_calibration=calibration, n_networks=networks,
                                             detect=detect is not False, cache_probe=cache_probe, cache_mb=cache_mb,
                                             coverage=coverage, overhead=overhead, notify=notify)
     finally:

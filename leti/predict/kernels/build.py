@@ -39,8 +39,8 @@ import pandas as pd
 
 from leti.errors import LetiError
 from leti.models.kernel_models import KernelConfig
-from leti.predict.kernels.build_fit import (calibration_tables, candidate_scores, check_overhead, cv_by_type, fit_final,
-                                           kernel_table, measurement_cost)
+from leti.predict.kernels.build_fit import (calibration_tables, candidate_scores, check_overhead, cv_by_type,
+                                           default_networks, fit_final, kernel_table, measurement_cost)
 from leti.predict.kernels.build_store import BuildStore
 from leti.predict.kernels.split import FusionRules, rules_for
 
@@ -229,7 +229,8 @@ def plan_networks(store: BuildStore, n: int, seed: int) -> int:
 
 
 def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed: int = 0, threads: int = 1,
-                           kernel_types: list[str] | None = None, n_calibration: int = 40, n_networks: int = 60,
+                           kernel_types: list[str] | None = None, n_calibration: int = 40,
+                           n_networks: int | None = None,
                            initial_per_type: int = 24, detect: bool = True, protocol=None, cache_probe: bool = True,
                            cache_mb: float = 0.0, coverage: bool | None = None, overhead: str | None = None,
                            notify: Callable[[float, float, str], None] = lambda _s, _b, _m: None) -> BuildReport:
@@ -241,7 +242,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
     ``coverage``: the fits weigh each kernel by its closeness to real networks' kernels (:mod:`.coverage`; None: as
     the store's build was fitted, which a store from before session 31 was not; on for a new build); ``overhead``:
     the per-model overhead's form (:data:`~.build_fit.OVERHEAD_FORMS`; None: as the store's build was fitted, ``fit``
-    for a new build or a store from before session 32);
+    for a new build or a store from before session 32); ``n_networks``: None, :func:`~.build_fit.default_networks`;
     ``notify(spent_s, budget_s, what)`` is called after every step (the progress bar)."""
     from leti.device.registry import open_device
     from leti.predict.kernels.bench import KERNEL_PROTOCOL, KernelBench, runtime_of
@@ -263,6 +264,7 @@ def build_kernel_predictor(device, out: str | Path, budget_minutes: float, seed:
     out.mkdir(parents=True, exist_ok=True)
     with BuildStore(out / DB) as store, dev:
         runtime = runtime_of(dev)
+        n_networks = default_networks(runtime) if n_networks is None else n_networks
         if (store.get("identity") or {}).get("transfer_from"):
             raise LetiError(f"{out} holds a transfer build (leti kernels build --transfer-from); rerun it with its "
                             "--transfer-from to continue it, or use another --out")

@@ -54,6 +54,22 @@ MIN_NETWORKS = 20
 #: (three campaigns; 48 and 64 MB: 82.5 / 72.7 / 88.8; all 60 networks 77.5 / 68.8 / 90.0), and the Zen 3 store,
 #: which keeps ``evicted_mb@16``, stayed at 98.8 %. Only networks streaming hundreds of MB stay out.
 MAX_NETWORK_WEIGHTS_MB = 128.0
+
+#: random whole networks a build times for the overhead (``--networks``' default), by runtime where it measured another.
+#: TFLite + XNNPACK: 120. Why: with 60 one network decided the overhead's weight term (session 59: net-037, 78 MB at
+#: 1.28× its kernels' sum, 3.7 robust deviations in one fresh build, kept, and 4.1 in the next, left out: 98.8 against
+#: 100 % Acc@10 on their zoo campaigns). With 60 more timed beside those two stores (~3 minutes) both left it out, their
+#: networks' leave-one-out spread fell (0.052 → 0.038, 0.038 → 0.031), the first store went 98.8 → 100 % on its own
+#: campaign (worst of seven 97.6 → 99.6 %), the second 100 → 99.6 % (worst 99.2 → 98.4 %): docs/any_model.md, session 60
+NETWORKS = 60
+NETWORKS_BY_RUNTIME = {"tflite-xnnpack": 120}
+
+
+def default_networks(runtime: str) -> int:
+    """How many random whole networks a build on ``runtime`` times unless told (:data:`NETWORKS_BY_RUNTIME`)."""
+    return NETWORKS_BY_RUNTIME.get(runtime, NETWORKS)
+
+
 #: the least share of its raw (paired) time a kernel keeps once the per-invoke cost is taken off. Why this low: a
 #: kernel under ~2 µs (an add over 8×8×32, a 10-class dense layer) times barely above the near-empty probe, and a
 #: floor at half the raw time (session 8 to 12) booked such a kernel at ~1 µs when it costs 0.1-0.5 µs. Measured on
